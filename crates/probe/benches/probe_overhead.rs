@@ -1,0 +1,29 @@
+//! What a memory sample costs next to a request's forward pass (goal: under 2 %).
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use leaklab_probe::{cpu, Probes};
+use tch::{nn, nn::Module, Device, Kind, Tensor};
+
+fn probe_overhead(c: &mut Criterion) {
+    cpu::install().expect("counting allocator");
+    let probes = Probes::cpu();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = nn::seq().add(nn::linear(vs.root(), 512, 2048, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs.root(), 2048, 512, Default::default()));
+    let x = Tensor::randn([8, 512], (Kind::Float, Device::Cpu));
+
+    let mut group = c.benchmark_group("cpu_probe_overhead");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("sample_without_nvml", |b| b.iter(|| probes.sample(false)));
+    group.bench_function("cpu_stats_only", |b| b.iter(cpu::stats));
+    group.bench_function("forward_batch8", |b| b.iter(|| leaklab_probe::inference_mode(|| model.forward(&x))));
+    group.bench_function("forward_batch8_plus_sample", |b| {
+        b.iter(|| {
+            let y = leaklab_probe::inference_mode(|| model.forward(&x));
+            (y, probes.sample(false))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, probe_overhead);
+criterion_main!(benches);

@@ -1,0 +1,226 @@
+// The counting CPU allocator, inference mode and grad mode.
+//
+// Every CPU tensor storage that libtorch allocates after `ll_cpu_install` goes through
+// `CountingAllocator`, which forwards to c10::alloc_cpu / c10::free_cpu (what the default
+// allocator does) and keeps exact counts. Each block carries a 64-byte header in front of the
+// data (64 keeps the data at c10's alignment) that records its size, the context (request
+// stage) it was born in, and links it into a list of live blocks, so a snapshot can list
+// every live block and frees can be attributed without a hash map.
+#include "probe.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+
+namespace {
+
+constexpr size_t kHeader = 64;
+
+struct Header {
+  size_t size;
+  int64_t time_us;
+  Header* prev;
+  Header* next;
+  int32_t context;
+};
+static_assert(sizeof(Header) <= kHeader, "header must fit in front of the data");
+
+thread_local int32_t tl_context = 0;
+
+int64_t now_us() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+void write_err(char* err, size_t errlen, const std::string& msg) {
+  if (err == nullptr || errlen == 0) return;
+  size_t n = msg.size() < errlen - 1 ? msg.size() : errlen - 1;
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+struct Counters {
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> blocks{0};
+  std::atomic<uint64_t> allocs{0};
+  std::atomic<uint64_t> frees{0};
+  std::atomic<uint64_t> total{0};
+  std::atomic<int64_t> by_context[LL_MAX_CONTEXTS];
+  Counters() {
+    for (auto& c : by_context) c.store(0);
+  }
+};
+
+Counters g_counters;
+
+// The live list and the history share one mutex: both change on every alloc and free, and
+// a snapshot must see them consistently.
+std::mutex g_mu;
+Header g_live_head{0, 0, &g_live_head, &g_live_head, 0};
+std::deque<ll_event_t> g_history;
+std::atomic<size_t> g_history_max{0};
+
+void record(int32_t action, const Header* h, int64_t t) {
+  size_t max = g_history_max.load(std::memory_order_relaxed);
+  if (max == 0) return;
+  g_history.push_back(ll_event_t{t, reinterpret_cast<uint64_t>(reinterpret_cast<const char*>(h) + kHeader),
+                                 h->size, action, h->context});
+  while (g_history.size() > max) g_history.pop_front();
+}
+
+void counting_delete(void* ctx) {
+  if (ctx == nullptr) return;
+  auto* h = static_cast<Header*>(ctx);
+  auto size = static_cast<int64_t>(h->size);
+  g_counters.live.fetch_sub(size, std::memory_order_relaxed);
+  g_counters.blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_counters.frees.fetch_add(1, std::memory_order_relaxed);
+  g_counters.by_context[h->context].fetch_sub(size, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    h->prev->next = h->next;
+    h->next->prev = h->prev;
+    record(1, h, now_us());
+  }
+  c10::free_cpu(h);
+}
+
+struct CountingAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    if (n == 0) {
+      return {nullptr, nullptr, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+    }
+    auto* h = static_cast<Header*>(c10::alloc_cpu(n + kHeader));
+    int64_t t = now_us();
+    h->size = n;
+    h->time_us = t;
+    h->context = tl_context;
+    auto size = static_cast<int64_t>(n);
+    int64_t live = g_counters.live.fetch_add(size, std::memory_order_relaxed) + size;
+    int64_t peak = g_counters.peak.load(std::memory_order_relaxed);
+    while (live > peak && !g_counters.peak.compare_exchange_weak(peak, live)) {
+    }
+    g_counters.blocks.fetch_add(1, std::memory_order_relaxed);
+    g_counters.allocs.fetch_add(1, std::memory_order_relaxed);
+    g_counters.total.fetch_add(n, std::memory_order_relaxed);
+    g_counters.by_context[h->context].fetch_add(size, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      h->next = &g_live_head;
+      h->prev = g_live_head.prev;
+      g_live_head.prev->next = h;
+      g_live_head.prev = h;
+      record(0, h, t);
+    }
+    void* data = reinterpret_cast<char*>(h) + kHeader;
+    return {data, h, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+CountingAllocator g_allocator;
+std::atomic<bool> g_installed{false};
+
+}  // namespace
+
+extern "C" {
+
+int ll_cpu_install(char* err, size_t errlen) {
+  try {
+    bool expected = false;
+    if (g_installed.compare_exchange_strong(expected, true)) {
+      // Priority 100 beats the default registration (0), so every later CPU storage is ours.
+      c10::SetCPUAllocator(&g_allocator, 100);
+    }
+    if (c10::GetCPUAllocator() != &g_allocator) {
+      write_err(err, errlen, "another CPU allocator with a higher priority is registered");
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    write_err(err, errlen, e.what());
+    return 1;
+  }
+}
+
+int ll_cpu_installed(void) { return g_installed.load() ? 1 : 0; }
+
+void ll_cpu_stats(ll_cpu_stats_t* out) {
+  out->live_bytes = g_counters.live.load();
+  out->peak_bytes = g_counters.peak.load();
+  out->live_blocks = g_counters.blocks.load();
+  out->alloc_count = g_counters.allocs.load();
+  out->free_count = g_counters.frees.load();
+  out->alloc_bytes_total = g_counters.total.load();
+}
+
+void ll_cpu_reset_peak(void) { g_counters.peak.store(g_counters.live.load()); }
+
+void ll_context_set(int32_t id) {
+  tl_context = (id >= 0 && id < LL_MAX_CONTEXTS) ? id : 0;
+}
+
+int32_t ll_context_get(void) { return tl_context; }
+
+void ll_cpu_live_by_context(int64_t* out, size_t n) {
+  for (size_t i = 0; i < n && i < LL_MAX_CONTEXTS; ++i) out[i] = g_counters.by_context[i].load();
+}
+
+void ll_history_enable(size_t max_entries) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_history_max.store(max_entries);
+  if (max_entries == 0) g_history.clear();
+  while (g_history.size() > max_entries) g_history.pop_front();
+}
+
+size_t ll_history_len(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_history.size();
+}
+
+size_t ll_history_copy(ll_event_t* out, size_t cap) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  size_t n = 0;
+  for (const auto& e : g_history) {
+    if (n == cap) break;
+    out[n++] = e;
+  }
+  return n;
+}
+
+size_t ll_live_blocks_copy(ll_block_t* out, size_t cap) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  size_t n = 0;
+  for (Header* h = g_live_head.next; h != &g_live_head && n < cap; h = h->next) {
+    out[n++] = ll_block_t{reinterpret_cast<uint64_t>(reinterpret_cast<char*>(h) + kHeader), h->size,
+                          h->time_us, h->context};
+  }
+  return n;
+}
+
+void* ll_inference_mode_enter(int enabled) { return new c10::InferenceMode(enabled != 0); }
+
+void ll_inference_mode_exit(void* guard) { delete static_cast<c10::InferenceMode*>(guard); }
+
+int ll_inference_mode_is_enabled(void) { return c10::InferenceMode::is_enabled() ? 1 : 0; }
+
+int ll_grad_mode_is_enabled(void) { return c10::GradMode::is_enabled() ? 1 : 0; }
+
+void ll_free(void* p) { std::free(p); }
+
+}  // extern "C"

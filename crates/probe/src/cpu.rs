@@ -1,0 +1,139 @@
+//! The counting CPU allocator: exact live and peak bytes of libtorch's CPU tensor storage.
+//!
+//! [`install`] registers it with `c10::SetCPUAllocator` (priority 100, above the default). From
+//! then on every CPU storage libtorch allocates is counted; storages allocated earlier are freed
+//! by their own deleter and never miscounted. Only tensor storage is seen: autograd nodes and
+//! other C++ objects come from malloc, which [`crate::process`] watches.
+
+use crate::context::MemoryContext;
+use crate::{ffi, Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Counters of the CPU allocator since [`install`] (the CPU twin of
+/// `torch.cuda.memory_allocated()`, `max_memory_allocated()` and friends).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuStats {
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub live_blocks: i64,
+    pub alloc_count: u64,
+    pub free_count: u64,
+    pub alloc_bytes_total: u64,
+}
+
+/// Registers the counting allocator (idempotent). Call it before the tensors you want counted
+/// are created; the service and the leak harness do so at start.
+pub fn install() -> Result<()> {
+    // SAFETY: the shim writes at most `errlen` bytes into the buffer.
+    let (rc, msg) = ffi::with_err(|e, n| unsafe { ffi::ll_cpu_install(e, n) });
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Install(msg))
+    }
+}
+
+pub fn is_installed() -> bool {
+    // SAFETY: reads an atomic flag.
+    unsafe { ffi::ll_cpu_installed() != 0 }
+}
+
+pub fn stats() -> CpuStats {
+    let mut raw = ffi::CpuStatsRaw::default();
+    // SAFETY: `raw` is a valid out-pointer of the declared layout.
+    unsafe { ffi::ll_cpu_stats(&mut raw) };
+    CpuStats {
+        live_bytes: raw.live_bytes,
+        peak_bytes: raw.peak_bytes,
+        live_blocks: raw.live_blocks,
+        alloc_count: raw.alloc_count,
+        free_count: raw.free_count,
+        alloc_bytes_total: raw.alloc_bytes_total,
+    }
+}
+
+/// Sets the peak to the current live bytes, like `torch.cuda.reset_peak_memory_stats()`.
+pub fn reset_peak() {
+    // SAFETY: stores to atomics.
+    unsafe { ffi::ll_cpu_reset_peak() }
+}
+
+/// Live bytes of the blocks born in `context` (whichever thread frees them later).
+pub fn live_bytes_in(context: MemoryContext) -> i64 {
+    live_by_context().into_iter().find(|(c, _)| *c == context).map(|(_, b)| b).unwrap_or(0)
+}
+
+/// Live bytes per registered context.
+pub fn live_by_context() -> Vec<(MemoryContext, i64)> {
+    let mut out = [0i64; ffi::MAX_CONTEXTS];
+    // SAFETY: `out` holds MAX_CONTEXTS slots, the count passed.
+    unsafe { ffi::ll_cpu_live_by_context(out.as_mut_ptr(), out.len()) };
+    MemoryContext::all().into_iter().map(|c| (c, out[c.id() as usize])).collect()
+}
+
+/// One alloc or free, as recorded while the history is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub time_us: i64,
+    pub addr: u64,
+    pub size: u64,
+    pub kind: EventKind,
+    pub context: MemoryContext,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Alloc,
+    Free,
+}
+
+/// A block alive now, as a snapshot lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBlock {
+    pub addr: u64,
+    pub size: u64,
+    pub time_us: i64,
+    pub context: MemoryContext,
+}
+
+/// Starts (or, with 0, stops and clears) the alloc/free history, keeping the newest
+/// `max_entries` events, like `torch.cuda.memory._record_memory_history(max_entries=...)`.
+pub fn record_history(max_entries: usize) {
+    // SAFETY: takes the shim's lock and resizes its ring.
+    unsafe { ffi::ll_history_enable(max_entries) }
+}
+
+pub fn history() -> Vec<Event> {
+    // SAFETY: the length is read first, and the copy is bounded by the buffer's capacity.
+    let cap = unsafe { ffi::ll_history_len() };
+    let mut raw = vec![ffi::EventRaw::default(); cap];
+    let n = unsafe { ffi::ll_history_copy(raw.as_mut_ptr(), cap) };
+    raw.truncate(n);
+    raw.into_iter()
+        .map(|e| Event {
+            time_us: e.time_us,
+            addr: e.addr,
+            size: e.size,
+            kind: if e.action == 0 { EventKind::Alloc } else { EventKind::Free },
+            context: MemoryContext::from_id(e.context),
+        })
+        .collect()
+}
+
+/// Every block alive now, oldest first.
+pub fn live_blocks() -> Vec<LiveBlock> {
+    loop {
+        // Blocks may come and go between the count and the copy: leave slack, retry if full.
+        let cap = stats().live_blocks.max(0) as usize + 1024;
+        let mut raw = vec![ffi::BlockRaw::default(); cap];
+        // SAFETY: the copy is bounded by `cap`, the buffer's length.
+        let n = unsafe { ffi::ll_live_blocks_copy(raw.as_mut_ptr(), cap) };
+        if n < cap {
+            raw.truncate(n);
+            return raw
+                .into_iter()
+                .map(|b| LiveBlock { addr: b.addr, size: b.size, time_us: b.time_us, context: MemoryContext::from_id(b.context) })
+                .collect();
+        }
+    }
+}

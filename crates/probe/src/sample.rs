@@ -1,0 +1,64 @@
+//! [`MemorySample`]: every probe read at once.
+
+use crate::cpu::{self, CpuStats};
+use crate::cuda::{self, CudaStats};
+use crate::nvml::{NvmlProbe, NvmlReading};
+use crate::{process, Result};
+use serde::{Deserialize, Serialize};
+
+/// What the probes read at one instant. The CPU allocator figures are exact; RSS and heap are
+/// process-wide; CUDA and NVML figures are present only on CUDA hosts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemorySample {
+    pub cpu: CpuStats,
+    pub rss_bytes: u64,
+    pub heap_bytes: u64,
+    pub cuda: Option<CudaStats>,
+    pub nvml: Option<NvmlReading>,
+}
+
+/// Which probes to read. Build it once (NVML initialisation is slow) and sample often.
+pub struct Probes {
+    cuda_device: Option<usize>,
+    nvml: Option<NvmlProbe>,
+    /// Why NVML is off, when it is; reported once instead of failing every sample.
+    pub nvml_unavailable: Option<String>,
+}
+
+impl Probes {
+    /// CPU allocator and process probes only.
+    pub fn cpu() -> Probes {
+        Probes { cuda_device: None, nvml: None, nvml_unavailable: Some("not requested".into()) }
+    }
+
+    /// Adds the CUDA allocator and NVML for `device`; fails when CUDA is not available.
+    pub fn cuda(device: usize) -> Result<Probes> {
+        cuda::stats(device)?;
+        let (nvml, nvml_unavailable) = match NvmlProbe::new() {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(Probes { cuda_device: Some(device), nvml, nvml_unavailable })
+    }
+
+    pub fn cuda_device(&self) -> Option<usize> {
+        self.cuda_device
+    }
+
+    /// Reads every enabled probe. NVML is the slow one (a driver call); pass `with_nvml: false`
+    /// on hot paths and read it every N requests instead.
+    pub fn sample(&self, with_nvml: bool) -> MemorySample {
+        let cuda = self.cuda_device.and_then(|d| cuda::stats(d).ok());
+        let nvml = match (&self.nvml, self.cuda_device) {
+            (Some(p), Some(d)) if with_nvml => p.read(d as u32).ok(),
+            _ => None,
+        };
+        MemorySample {
+            cpu: cpu::stats(),
+            rss_bytes: process::rss_bytes().unwrap_or(0),
+            heap_bytes: process::heap_bytes(),
+            cuda,
+            nvml,
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Provisioning of libtorch 2.11.0 and the environment every cargo command runs in.
+//!
+//! Three sources, in order of precedence:
+//! 1. `LIBTORCH` set by the user: used as is (tch's own convention).
+//! 2. `LEAKLAB_PYTHON` set by the user: a python whose `torch` is 2.11.0.
+//! 3. Otherwise a virtual environment owned by the xtask, in a per-user cache keyed by the
+//!    torch version (`~/.cache/leaklab/torch-2.11.0`, or `LEAKLAB_VENV`), so fresh clones and
+//!    CI runs on the same machine reuse it. It counts as ready only once a marker file, written
+//!    after `import torch` succeeded and the libraries were found, says so; anything less is
+//!    repaired rather than used.
+
+use anyhow::{bail, Context, Result};
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The libtorch release that tch 0.24 is built for (torch-sys checks it at build time).
+pub const TORCH_VERSION: &str = "2.11.0";
+const MARKER: &str = "leaklab-torch-ready";
+
+pub struct Torch {
+    /// A python whose `torch` package is 2.11.0, when one is known (not with a bare `LIBTORCH`).
+    pub python: Option<PathBuf>,
+    /// The folder holding libtorch_cpu.so and friends.
+    pub lib_dir: PathBuf,
+    source: Source,
+}
+
+enum Source {
+    UserLibtorch,
+    UserPython,
+    Venv(PathBuf),
+}
+
+impl Torch {
+    pub fn ensure() -> Result<Torch> {
+        if let Some(libtorch) = env::var_os("LIBTORCH") {
+            let lib_dir = PathBuf::from(libtorch).join("lib");
+            if !lib_dir.join("libtorch_cpu.so").exists() {
+                bail!("LIBTORCH is set but {} holds no libtorch_cpu.so; unset LIBTORCH to let the xtask provision torch {TORCH_VERSION}", lib_dir.display());
+            }
+            let python = env::var_os("LEAKLAB_PYTHON").map(PathBuf::from);
+            return Ok(Torch { python, lib_dir, source: Source::UserLibtorch });
+        }
+        if let Some(python) = env::var_os("LEAKLAB_PYTHON") {
+            let python = PathBuf::from(python);
+            let lib_dir = probe_torch(&python).with_context(|| {
+                format!("LEAKLAB_PYTHON={} has no usable torch {TORCH_VERSION}", python.display())
+            })?;
+            return Ok(Torch { python: Some(python), lib_dir, source: Source::UserPython });
+        }
+        let venv = venv_dir()?;
+        let lib_dir = ensure_venv(&venv)?;
+        Ok(Torch { python: Some(venv.join("bin/python")), lib_dir, source: Source::Venv(venv) })
+    }
+
+    /// A `cargo` command with libtorch wired in: tch finds torch through the venv's python,
+    /// and binaries and tests find its shared libraries on the loader path.
+    pub fn cargo(&self) -> Command {
+        let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.current_dir(workspace_root());
+        for (key, value) in self.env() {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+
+    /// The variables every command driven by the xtask gets.
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        let mut vars = vec![("LD_LIBRARY_PATH", prepend_path(&self.lib_dir, "LD_LIBRARY_PATH"))];
+        if let Some(python) = &self.python {
+            vars.push(("LEAKLAB_PYTHON", python.clone().into()));
+        }
+        if !matches!(self.source, Source::UserLibtorch) {
+            let python = self.python.as_ref().expect("a python source has a python");
+            let bin = python.parent().expect("python lives in a folder");
+            vars.push(("LIBTORCH_USE_PYTORCH", "1".into()));
+            vars.push(("PATH", prepend_path(bin, "PATH")));
+            // torch-sys runs `python` when VIRTUAL_ENV is set, `python3` otherwise; both are the
+            // venv's once its bin/ is first on PATH.
+            if let Some(venv) = bin.parent() {
+                vars.push(("VIRTUAL_ENV", venv.into()));
+            }
+        }
+        vars
+    }
+
+    pub fn describe(&self) {
+        let source = match &self.source {
+            Source::UserLibtorch => "LIBTORCH (yours)".to_string(),
+            Source::UserPython => "LEAKLAB_PYTHON (yours)".to_string(),
+            Source::Venv(dir) => format!("xtask-owned venv {}", dir.display()),
+        };
+        println!("libtorch {TORCH_VERSION} from {source}");
+        println!("  lib dir: {}", self.lib_dir.display());
+        for (key, value) in self.env() {
+            println!("  {key}={}", value.to_string_lossy());
+        }
+    }
+
+    /// `cargo run --release -p leaklab -- <sub> <args>`: the lab's binary does the work.
+    pub fn leaklab(&self, sub: &[&str], args: &[String]) -> Result<()> {
+        let mut cmd = self.cargo();
+        cmd.args(["run", "--quiet", "--release", "--package", "leaklab", "--"]).args(sub).args(args);
+        run(cmd)
+    }
+
+    pub fn test(&self, args: &[String]) -> Result<()> {
+        let mut cmd = self.cargo();
+        cmd.args(["test", "--workspace"]).args(args);
+        run(cmd)
+    }
+
+    pub fn bench(&self, args: &[String]) -> Result<()> {
+        self.leaklab(&["bench"], args)
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+}
+
+pub fn run(mut cmd: Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{:?} {} failed ({status})", cmd.get_program(), cmd.get_args().next().map(|a| a.to_string_lossy()).unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn prepend_path(dir: &Path, var: &str) -> OsString {
+    let mut parts = vec![dir.to_path_buf()];
+    if let Some(old) = env::var_os(var) {
+        parts.extend(env::split_paths(&old).filter(|p| p != dir));
+    }
+    env::join_paths(parts).expect("paths without separators")
+}
+
+fn venv_dir() -> Result<PathBuf> {
+    if let Some(dir) = env::var_os("LEAKLAB_VENV") {
+        return Ok(PathBuf::from(dir));
+    }
+    let cache = match env::var_os("XDG_CACHE_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env::var_os("HOME").context("neither HOME nor XDG_CACHE_HOME is set")?).join(".cache"),
+    };
+    Ok(cache.join("leaklab").join(format!("torch-{TORCH_VERSION}")))
+}
+
+/// Makes `venv` hold a working torch, installing or repairing as needed, and returns its lib dir.
+fn ensure_venv(venv: &Path) -> Result<PathBuf> {
+    let python = venv.join("bin/python");
+    let marker = venv.join(MARKER);
+    if let Ok(text) = std::fs::read_to_string(&marker) {
+        if let Some(lib) = text.lines().find_map(|l| l.strip_prefix("lib=")) {
+            let lib = PathBuf::from(lib);
+            if python.exists() && lib.join("libtorch_cpu.so").exists() {
+                return Ok(lib);
+            }
+        }
+        eprintln!("leaklab: the torch venv at {} is damaged (marker present, files missing); repairing it", venv.display());
+        std::fs::remove_file(&marker).ok();
+    }
+    if !python.exists() || Command::new(&python).arg("-c").arg("pass").output().map(|o| !o.status.success()).unwrap_or(true) {
+        create_venv(venv)?;
+    }
+    // A venv without the marker was never verified: it may be empty, half-installed by an
+    // interrupted run, or fine. `probe_torch` tells which, and pip fills in what is missing.
+    let lib = match probe_torch(&python) {
+        Ok(lib) => lib,
+        Err(first) => {
+            eprintln!("leaklab: installing torch=={TORCH_VERSION} from PyPI into {} (about 4.6 GB, about a minute on a fast link)", venv.display());
+            eprintln!("leaklab: ({first:#})");
+            pip_install(&python, &[&format!("torch=={TORCH_VERSION}")])?;
+            match probe_torch(&python) {
+                Ok(lib) => lib,
+                Err(_) => {
+                    eprintln!("leaklab: torch still does not import; reinstalling it from scratch");
+                    pip_install(&python, &["--force-reinstall", &format!("torch=={TORCH_VERSION}")])?;
+                    probe_torch(&python).context("torch does not import even after a forced reinstall")?
+                }
+            }
+        }
+    };
+    std::fs::write(&marker, format!("torch=={TORCH_VERSION}\nlib={}\n", lib.display()))
+        .with_context(|| format!("cannot write {}", marker.display()))?;
+    eprintln!("leaklab: torch {TORCH_VERSION} ready in {}", venv.display());
+    Ok(lib)
+}
+
+fn create_venv(venv: &Path) -> Result<()> {
+    eprintln!("leaklab: creating a Python virtual environment at {}", venv.display());
+    if venv.exists() {
+        std::fs::remove_dir_all(venv).with_context(|| format!("cannot remove the broken venv {}", venv.display()))?;
+    }
+    std::fs::create_dir_all(venv.parent().unwrap_or(venv))?;
+    let python3 = env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
+    let status = Command::new(&python3).args(["-m", "venv"]).arg(venv).status()
+        .context("python3 is needed to provision torch (set PYTHON3 to point at one)")?;
+    if !status.success() {
+        bail!("`python3 -m venv {}` failed; on Debian/Ubuntu install the python3-venv package, or set LEAKLAB_PYTHON to a python with torch {TORCH_VERSION}", venv.display());
+    }
+    Ok(())
+}
+
+fn pip_install(python: &Path, args: &[&str]) -> Result<()> {
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]).args(args);
+    run(cmd).context("pip install failed (PyPI must be reachable)")
+}
+
+/// Imports torch with `python` and returns its lib dir when the version is the pinned one.
+fn probe_torch(python: &Path) -> Result<PathBuf> {
+    let script = "import os, torch; print(torch.__version__); print(os.path.join(os.path.dirname(torch.__file__), 'lib'))";
+    let out = Command::new(python).args(["-c", script]).output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !out.status.success() {
+        bail!("`import torch` failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output"));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let version = lines.next().unwrap_or_default();
+    let lib = PathBuf::from(lines.next().unwrap_or_default());
+    if version.split('+').next() != Some(TORCH_VERSION) {
+        bail!("torch {version} found, {TORCH_VERSION} needed");
+    }
+    if !lib.join("libtorch_cpu.so").exists() {
+        bail!("torch imports but {} holds no libtorch_cpu.so", lib.display());
+    }
+    Ok(lib)
+}
