@@ -1,0 +1,261 @@
+//! One request, four stages: preprocess → forward → postprocess → telemetry.
+//!
+//! Each stage runs under a memory context of its own name, so the counting allocator knows in
+//! which stage every live block was born. The pipeline is synchronous and runs on one thread per
+//! request (inside `spawn_blocking`): inference mode and memory contexts are thread-local.
+
+use crate::causes::cache::{bucket_rows, FeatureCache};
+use crate::causes::graph::{self, RunningMean};
+use crate::causes::refs::History;
+use crate::variant::{Mode, Variant};
+use leaklab_model::{Mlp, ModelConfig};
+use leaklab_probe::{cpu, cuda, MemoryContext, MemorySample, Probes};
+use serde::{Deserialize, Serialize};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use tch::{Device, Kind, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Preprocess,
+    Forward,
+    Postprocess,
+    Telemetry,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 4] = [Stage::Preprocess, Stage::Forward, Stage::Postprocess, Stage::Telemetry];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Preprocess => "preprocess",
+            Stage::Forward => "forward",
+            Stage::Postprocess => "postprocess",
+            Stage::Telemetry => "telemetry",
+        }
+    }
+
+    pub fn context(self) -> MemoryContext {
+        MemoryContext::named(self.name())
+    }
+}
+
+/// A validated batch: `rows × features` finite f32 values, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub rows: usize,
+    pub features: usize,
+    pub values: Vec<f32>,
+}
+
+impl Batch {
+    fn key(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.rows.hash(&mut h);
+        for v in &self.values {
+            v.to_bits().hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PipelineConfig {
+    pub model: ModelConfig,
+    pub device: DeviceChoice,
+    /// Entries the fixed history keeps.
+    pub history_capacity: usize,
+    /// Bytes the fixed feature cache may hold.
+    pub cache_capacity_bytes: usize,
+    /// On CUDA, reserved minus allocated bytes above which the fixed cache path calls `empty_cache`.
+    pub cuda_slack_watermark_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceChoice {
+    pub fn device(self) -> Device {
+        match self {
+            DeviceChoice::Cpu => Device::Cpu,
+            DeviceChoice::Cuda => Device::Cuda(0),
+        }
+    }
+}
+
+impl PipelineConfig {
+    pub fn new(model: ModelConfig, device: DeviceChoice) -> PipelineConfig {
+        PipelineConfig { model, device, history_capacity: 1024, cache_capacity_bytes: 4 << 20, cuda_slack_watermark_bytes: 256 << 20 }
+    }
+}
+
+/// What one request produced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inference {
+    pub request: u64,
+    pub outputs: Vec<Vec<f32>>,
+    pub cached: bool,
+}
+
+/// Memory after one request, as the service's own probes saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestSample {
+    pub request: u64,
+    pub latency_us: u64,
+    /// Live bytes per stage of birth, in [`Stage::ALL`] order.
+    pub stage_live_bytes: [i64; 4],
+    pub memory: MemorySample,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InferError {
+    #[error("the batch has {got} features per row; the model takes {want}")]
+    Shape { got: usize, want: usize },
+    #[error("libtorch failed during {stage}: {message}")]
+    Torch { stage: &'static str, message: String },
+}
+
+pub struct Pipeline {
+    pub variant: Variant,
+    pub config: PipelineConfig,
+    model: Mlp,
+    stats: RunningMean,
+    history: Option<History>,
+    cache: Option<FeatureCache>,
+    probes: Probes,
+    requests: u64,
+}
+
+impl Pipeline {
+    /// Fails only when CUDA is asked for and not available.
+    pub fn new(variant: Variant, config: PipelineConfig) -> Result<Pipeline, leaklab_probe::Error> {
+        cpu::install()?;
+        let probes = match config.device {
+            DeviceChoice::Cpu => Probes::cpu(),
+            DeviceChoice::Cuda => Probes::cuda(0)?,
+        };
+        let model = Mlp::new(config.model, config.device.device());
+        Ok(Pipeline {
+            variant,
+            config,
+            model,
+            stats: RunningMean::new(variant.graph()),
+            history: variant.refs().map(|m| History::new(m, config.history_capacity)),
+            cache: variant.cache().map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
+            probes,
+            requests: 0,
+        })
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub fn probes(&self) -> &Probes {
+        &self.probes
+    }
+
+    pub fn mean_output(&self) -> f64 {
+        self.stats.mean()
+    }
+
+    pub fn history_len(&self) -> usize {
+        self.history.as_ref().map_or(0, History::len)
+    }
+
+    pub fn cache_entries(&self) -> usize {
+        self.cache.as_ref().map_or(0, FeatureCache::len)
+    }
+
+    /// Runs one request through the four stages.
+    pub fn infer(&mut self, batch: &Batch) -> Result<Inference, InferError> {
+        let want = self.config.model.input as usize;
+        if batch.features != want {
+            return Err(InferError::Shape { got: batch.features, want });
+        }
+        let device = self.model.device();
+        // libtorch reports errors (such as an allocation failure) by panicking through tch;
+        // each stage is caught so a failed request frees what it made and the service goes on.
+        let (x, cached) = stage(Stage::Preprocess, || self.preprocess(batch, device))?;
+        let y = stage(Stage::Forward, || self.forward(&x, batch.rows as i64))?;
+        let outputs = stage(Stage::Postprocess, || postprocess(&y))?;
+        stage(Stage::Telemetry, || self.telemetry(&y))?;
+        self.requests += 1;
+        Ok(Inference { request: self.requests, outputs, cached })
+    }
+
+    fn preprocess(&mut self, batch: &Batch, device: Device) -> (Tensor, bool) {
+        let key = batch.key();
+        if let Some(x) = self.cache.as_mut().and_then(|c| c.get(key)) {
+            return (x, true);
+        }
+        let raw = Tensor::from_slice(&batch.values).view([batch.rows as i64, batch.features as i64]);
+        // Standardise each row: the "feature extraction" that the cache saves.
+        let mean = raw.mean_dim(-1, true, Kind::Float);
+        let std = raw.std_dim(-1, false, true);
+        let x = ((raw - mean) / (std + 1e-6)).to_device(device);
+        if let Some(cache) = self.cache.as_mut() {
+            cache.insert(key, &x);
+        }
+        (x, false)
+    }
+
+    fn forward(&mut self, x: &Tensor, rows: i64) -> Tensor {
+        let on_cuda = self.model.device().is_cuda();
+        if on_cuda && self.cache.is_some() && self.variant.cache() == Some(Mode::Fixed) {
+            // FIX(cache), CUDA half: pad to a bucket so the allocator reuses a few block sizes,
+            // and hand cached-but-unused memory back once the slack passes a watermark.
+            let padded = x.constant_pad_nd([0, 0, 0, bucket_rows(rows) - rows]);
+            let y = graph::forward(&self.model, &padded, self.variant.graph()).narrow(0, 0, rows);
+            if let Ok(s) = cuda::stats(0) {
+                if (s.reserved_bytes - s.allocated_bytes) as usize > self.config.cuda_slack_watermark_bytes {
+                    let _ = cuda::empty_cache();
+                }
+            }
+            return y;
+        }
+        graph::forward(&self.model, x, self.variant.graph())
+    }
+
+    fn telemetry(&mut self, y: &Tensor) {
+        self.stats.record(y);
+        if let Some(history) = self.history.as_mut() {
+            history.record(y);
+        }
+    }
+
+    /// Reads every probe plus the per-stage live bytes.
+    pub fn sample(&self, latency_us: u64, with_nvml: bool) -> RequestSample {
+        let by_context = cpu::live_by_context();
+        let stage_live_bytes = Stage::ALL.map(|s| {
+            let ctx = s.context();
+            by_context.iter().find(|(c, _)| *c == ctx).map_or(0, |(_, b)| *b)
+        });
+        RequestSample { request: self.requests, latency_us, stage_live_bytes, memory: self.probes.sample(with_nvml) }
+    }
+}
+
+fn stage<T>(stage: Stage, body: impl FnOnce() -> T) -> Result<T, InferError> {
+    let _ctx = stage.context().enter();
+    catch_unwind(AssertUnwindSafe(body)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown error".into());
+        InferError::Torch { stage: stage.name(), message: message.lines().next().unwrap_or_default().to_string() }
+    })
+}
+
+fn postprocess(y: &Tensor) -> Vec<Vec<f32>> {
+    let y = y.detach().to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+    let cols = y.size()[1] as usize;
+    let flat = Vec::<f32>::try_from(y.flatten(0, -1)).expect("a float tensor converts to Vec<f32>");
+    flat.chunks(cols).map(<[f32]>::to_vec).collect()
+}
