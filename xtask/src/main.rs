@@ -7,6 +7,7 @@
 
 mod bundle;
 mod lab;
+mod tidy;
 mod torch;
 
 use anyhow::Result;

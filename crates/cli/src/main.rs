@@ -1,6 +1,190 @@
-//! The `leaklab` binary (placeholder until the lab exists).
-fn main() -> anyhow::Result<()> {
-    leaklab_probe::cpu::install()?;
-    println!("leaklab: CUDA devices visible: {}", leaklab_probe::cuda::device_count());
+//! The `leaklab` binary: thin over the library crates.
+//!
+//! - `leaklab serve --variant refs-leaky`: the inference service for one variant.
+//! - `leaklab run-lab`: every variant run as a `serve` process of this same binary, judged and
+//!   written up (what `cargo xtask run-lab` calls).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use leaklab_lab::RunOptions;
+use leaklab_model::Scale;
+use leaklab_service::{DeviceChoice, PipelineConfig, ServiceConfig, Variant};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "leaklab", version, about = "Reproduce, detect, explain and fix the memory leaks of PyTorch inference services")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve one variant over HTTP.
+    Serve(ServeArgs),
+    /// Run every variant under load, judge it and write the report.
+    RunLab(RunLabArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+    /// CUDA when a device is visible, else CPU.
+    Auto,
+}
+
+impl DeviceArg {
+    fn resolve(self) -> Result<DeviceChoice> {
+        let available = leaklab_probe::cuda::is_available();
+        match self {
+            DeviceArg::Cpu => Ok(DeviceChoice::Cpu),
+            DeviceArg::Auto => Ok(if available { DeviceChoice::Cuda } else { DeviceChoice::Cpu }),
+            DeviceArg::Cuda if available => Ok(DeviceChoice::Cuda),
+            DeviceArg::Cuda => bail!("CUDA not available: no CUDA device is visible to this process (use --device cpu or auto)"),
+        }
+    }
+}
+
+fn parse_scale(s: &str) -> Result<Scale, String> {
+    s.parse()
+}
+
+fn parse_variant(s: &str) -> Result<Variant, String> {
+    s.parse()
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// graph-leaky, graph-fixed, refs-leaky, refs-fixed, cache-leaky, cache-fixed, baseline or seed.
+    #[arg(long, value_parser = parse_variant)]
+    variant: Variant,
+    /// default (CPU-sized) or seed (the reference scenario, about 50 MB per leaky request).
+    #[arg(long, default_value = "default", value_parser = parse_scale)]
+    scale: Scale,
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// Address to bind; loopback unless you mean to expose it.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Port to bind; 0 picks a free one (the chosen address is printed).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Serve /debug/memory/samples and /debug/memory/snapshot.
+    #[arg(long)]
+    debug_endpoints: bool,
+    /// Alloc/free events to record for the snapshot (with --debug-endpoints).
+    #[arg(long, default_value_t = 0)]
+    memory_history: usize,
+    /// Most rows per request.
+    #[arg(long, default_value_t = 1024)]
+    max_batch: usize,
+    /// Byte bound of the fixed feature cache (default: 32 batches' worth).
+    #[arg(long)]
+    cache_bytes: Option<usize>,
+    /// Seconds before a request is answered 408.
+    #[arg(long, default_value_t = 30)]
+    timeout_secs: u64,
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<ServiceConfig> {
+        let device = self.device.resolve()?;
+        let model = self.scale.config();
+        let mut pipeline = PipelineConfig::new(model, device);
+        pipeline.cache_capacity_bytes = self.cache_bytes.unwrap_or(32 * model.input_bytes(self.scale.batch()) as usize);
+        let mut config = ServiceConfig::new(self.variant, pipeline);
+        config.max_batch = self.max_batch;
+        config.body_limit_bytes = config.body_limit_bytes.max(self.max_batch * model.input as usize * 24);
+        config.debug_endpoints = self.debug_endpoints;
+        config.memory_history_entries = self.memory_history;
+        config.request_timeout = Duration::from_secs(self.timeout_secs);
+        Ok(config)
+    }
+}
+
+#[derive(Args)]
+struct RunLabArgs {
+    /// Variants to run (repeat the flag); all eight when absent.
+    #[arg(long = "variant", value_parser = parse_variant)]
+    variants: Vec<Variant>,
+    /// Measured requests per variant (default: 200, or 30 at the seed scale).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Warm-up requests per variant, not judged (default: 20, or 5 at the seed scale).
+    #[arg(long)]
+    warmup: Option<usize>,
+    #[arg(long, default_value_t = 2)]
+    concurrency: usize,
+    #[arg(long, default_value = "default", value_parser = parse_scale)]
+    scale: Scale,
+    #[arg(long, value_enum, default_value = "auto")]
+    device: DeviceArg,
+    /// Report folder.
+    #[arg(long, default_value = "target/leaklab")]
+    out: PathBuf,
+    /// Print the report as JSON and nothing else.
+    #[arg(long)]
+    json: bool,
+    /// Alloc/free events each service records for its memory_viz snapshot.
+    #[arg(long, default_value_t = 20_000)]
+    memory_history: usize,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = args.config()?;
+            let addr = std::net::SocketAddr::new(args.host, args.port);
+            runtime()?.block_on(leaklab_service::serve(config, addr))
+        }
+        Command::RunLab(args) => run_lab(args),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+}
+
+fn run_lab(args: RunLabArgs) -> Result<()> {
+    let device = args.device.resolve()?;
+    let seed = args.scale == Scale::Seed;
+    let options = RunOptions {
+        exe: std::env::current_exe()?,
+        scale: args.scale,
+        device: match device {
+            DeviceChoice::Cpu => "cpu".into(),
+            DeviceChoice::Cuda => "cuda".into(),
+        },
+        warmup: args.warmup.unwrap_or(if seed { 5 } else { 20 }),
+        requests: args.requests.unwrap_or(if seed { 30 } else { 200 }),
+        concurrency: args.concurrency,
+        memory_history_entries: args.memory_history,
+        start_timeout: Duration::from_secs(180),
+    };
+    let variants = if args.variants.is_empty() { Variant::ALL.to_vec() } else { args.variants.clone() };
+    if !args.json {
+        eprintln!(
+            "leaklab: {} variants, {} warm-up + {} requests each, scale {}, device {}",
+            variants.len(),
+            options.warmup,
+            options.requests,
+            options.scale.name(),
+            options.device
+        );
+    }
+    let (runs, report) = runtime()?.block_on(leaklab_lab::run_lab(&options, &variants, args.json));
+    report.write(&args.out, &runs).with_context(|| format!("cannot write the report to {}", args.out.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+        println!("\nreport: {}/report.md ({:.1} s)", args.out.display(), report.seconds);
+    }
+    if !report.passed {
+        std::process::exit(1);
+    }
     Ok(())
 }

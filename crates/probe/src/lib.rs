@@ -15,6 +15,7 @@ pub mod context;
 pub mod cpu;
 pub mod cuda;
 mod ffi;
+pub mod guard;
 pub mod mode;
 pub mod nvml;
 pub mod process;

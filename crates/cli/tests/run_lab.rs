@@ -1,0 +1,66 @@
+//! `leaklab run-lab` end to end: real service processes, real HTTP, real libtorch. The stable
+//! parts of the verdict table are a snapshot, so a change that reintroduces a leak, or breaks a
+//! leaky variant's leak, fails `cargo xtask test`.
+
+use std::process::Command;
+
+fn leaklab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leaklab"))
+}
+
+#[test]
+fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
+    let out = tempfile::tempdir().unwrap();
+    let output = leaklab()
+        .args(["run-lab", "--json", "--device", "cpu", "--warmup", "10", "--requests", "60", "--memory-history", "5000", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "run-lab failed\nstdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr));
+    let report: leaklab_lab::LabReport = serde_json::from_str(&stdout).unwrap();
+    assert!(report.passed);
+    insta::assert_snapshot!(report.stable_table());
+
+    // Exact slopes of the leaky variants at the default scale and batch (8 rows).
+    let slope = |name: &str| report.variants.iter().find(|v| v.variant == name).unwrap().primary.as_ref().unwrap().judgement.slope.bytes_per_request;
+    assert_eq!(slope("graph-leaky"), 81_920.0);
+    assert_eq!(slope("refs-leaky"), 16_384.0);
+    assert_eq!(slope("cache-leaky"), 16_384.0);
+    assert_eq!(slope("seed"), 98_304.0);
+    let stages = |name: &str| report.variants.iter().find(|v| v.variant == name).unwrap().stages.clone();
+    assert_eq!(stages("graph-leaky")[0].stage, "forward");
+    assert_eq!(stages("cache-leaky")[0].stage, "preprocess");
+    // The baseline's bounded cache fills inside this short window: a plateau, born in preprocess.
+    let baseline = stages("baseline");
+    assert!(baseline.iter().all(|s| s.verdict == leaklab_detect::Verdict::Plateau && s.stage == "preprocess"), "{baseline:?}");
+
+    // Every file of the report is there, and the snapshots are memory_viz pickles.
+    for name in ["report.md", "report.json", "overlay.svg", "overlay.png", "graph-leaky.svg", "seed.png", "seed.pickle"] {
+        let meta = std::fs::metadata(out.path().join(name)).unwrap_or_else(|_| panic!("{name} missing"));
+        assert!(meta.len() > 100, "{name} is nearly empty");
+    }
+    let png = std::fs::read(out.path().join("overlay.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let pickle = std::fs::read(out.path().join("graph-leaky.pickle")).unwrap();
+    assert_eq!(pickle[0], 0x80, "pickle protocol header");
+    let leftovers: Vec<_> = std::fs::read_dir(out.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "temporary files left behind");
+}
+
+#[test]
+fn serve_refuses_cuda_without_a_gpu_with_a_clear_message() {
+    if leaklab_probe::cuda::is_available() {
+        return; // On a CUDA host this is the gpu-tests' ground.
+    }
+    let output = leaklab().args(["serve", "--variant", "baseline", "--device", "cuda", "--port", "0"]).output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("CUDA not available"), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn unknown_variants_are_named_with_the_known_ones() {
+    let output = leaklab().args(["serve", "--variant", "nope"]).output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("known: graph-leaky"));
+}

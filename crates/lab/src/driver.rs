@@ -1,0 +1,208 @@
+//! Runs one variant: starts the service as its own process on a free loopback port, drives it
+//! with a bounded load, collects its per-request samples and snapshot, and stops it.
+//!
+//! A service that dies mid-run is not the end of the lab: the run comes back with the reason
+//! (exit status and the tail of its stderr) and the remaining variants go on.
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::ProgressBar;
+use leaklab_model::Scale;
+use leaklab_service::api::synthetic_request;
+use leaklab_service::{RequestSample, Variant};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Seek};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// The `leaklab` binary, whose `serve` subcommand is the service.
+    pub exe: PathBuf,
+    pub scale: Scale,
+    /// `cpu` or `cuda`, passed to the service.
+    pub device: String,
+    pub warmup: usize,
+    pub requests: usize,
+    pub concurrency: usize,
+    /// Alloc/free events the service records for its memory_viz snapshot (0: no snapshot).
+    pub memory_history_entries: usize,
+    /// Longest wait for a service to start.
+    pub start_timeout: Duration,
+}
+
+impl RunOptions {
+    pub fn total_requests(&self) -> usize {
+        self.warmup + self.requests
+    }
+}
+
+/// What a run of one variant brought back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VariantRun {
+    pub variant: Variant,
+    pub samples: Vec<RequestSample>,
+    #[serde(skip)]
+    pub snapshot: Option<Vec<u8>>,
+    pub errors: u64,
+    pub seconds: f64,
+    /// Why the run could not finish, when it could not.
+    pub failure: Option<String>,
+}
+
+struct ServiceProcess {
+    child: Child,
+    base: String,
+    stderr: std::fs::File,
+}
+
+impl ServiceProcess {
+    fn start(options: &RunOptions, variant: Variant) -> Result<ServiceProcess> {
+        let stderr = tempfile::tempfile()?;
+        let mut child = Command::new(&options.exe)
+            .args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", &options.device])
+            .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
+            .args(["--memory-history", &options.memory_history_entries.to_string()])
+            .args(["--max-batch", &options.scale.batch().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr.try_clone()?)
+            .spawn()
+            .with_context(|| format!("cannot start {}", options.exe.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Hand over the address line, then keep draining so the service never blocks on stdout.
+            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let mut process = ServiceProcess { child, base: String::new(), stderr };
+        match rx.recv_timeout(options.start_timeout) {
+            Ok(base) => {
+                process.base = base;
+                Ok(process)
+            }
+            Err(_) => {
+                let reason = process.exit_reason().unwrap_or_else(|| format!("no address after {:?}", options.start_timeout));
+                process.kill();
+                bail!("the service did not start: {reason}")
+            }
+        }
+    }
+
+    /// If the process has exited: its status and the last lines it wrote to stderr.
+    fn exit_reason(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok().flatten()?;
+        let mut text = String::new();
+        let _ = self.stderr.rewind();
+        let _ = self.stderr.read_to_string(&mut text);
+        let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+        Some(format!("service exited ({status}); stderr: {}", if tail.is_empty() { "(empty)".to_string() } else { tail.join(" | ") }))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, a few seconds for a graceful exit, then SIGKILL.
+    fn stop(mut self) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill();
+        }
+    }
+}
+
+/// Runs `variant` to the end, or to the point where its service died.
+pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &ProgressBar) -> VariantRun {
+    let started = Instant::now();
+    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, seconds: 0.0, failure: None };
+    let mut service = match ServiceProcess::start(options, variant) {
+        Ok(s) => s,
+        Err(e) => {
+            run.failure = Some(format!("{e:#}"));
+            return run;
+        }
+    };
+    let client = reqwest::Client::new();
+    match drive(options, &client, &service.base, progress).await {
+        Ok(errors) => run.errors = errors,
+        Err(e) => {
+            run.failure = Some(service.exit_reason().unwrap_or_else(|| format!("{e:#}")));
+            return run;
+        }
+    }
+    match collect(&client, &service.base, options.memory_history_entries > 0).await {
+        Ok((samples, snapshot)) => {
+            run.samples = samples;
+            run.snapshot = snapshot;
+        }
+        Err(e) => run.failure = Some(service.exit_reason().unwrap_or_else(|| format!("{e:#}"))),
+    }
+    service.stop();
+    run.seconds = started.elapsed().as_secs_f64();
+    run
+}
+
+/// Sends `warmup + requests` distinct requests, `concurrency` at a time. Answers other than 200
+/// are counted; a transport error (the service is gone) ends the run.
+async fn drive(options: &RunOptions, client: &reqwest::Client, base: &str, progress: &ProgressBar) -> Result<u64> {
+    let url = format!("{base}/v1/infer");
+    let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let (rows, features) = (options.scale.batch() as usize, options.scale.config().input as usize);
+    let mut errors = 0;
+    for index in 0..options.total_requests() as u64 {
+        let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+        let (client, url) = (client.clone(), url.clone());
+        tasks.spawn(async move {
+            let body = serde_json::to_vec(&synthetic_request(index, rows, features)).expect("serialisable");
+            let response = client.post(&url).header("content-type", "application/json").body(body).send().await;
+            drop(permit);
+            response.map(|r| r.status().is_success())
+        });
+        while let Some(done) = tasks.try_join_next() {
+            errors += u64::from(!settle(done?, progress)?);
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        errors += u64::from(!settle(done?, progress)?);
+    }
+    Ok(errors)
+}
+
+fn settle(result: reqwest::Result<bool>, progress: &ProgressBar) -> Result<bool> {
+    progress.inc(1);
+    result.map_err(|e| anyhow!("request failed: {e}"))
+}
+
+async fn collect(client: &reqwest::Client, base: &str, snapshot: bool) -> Result<(Vec<RequestSample>, Option<Vec<u8>>)> {
+    let mut samples: Vec<RequestSample> = client.get(format!("{base}/debug/memory/samples")).send().await?.error_for_status()?.json().await?;
+    samples.sort_by_key(|s| s.request);
+    let snapshot = if snapshot {
+        Some(client.get(format!("{base}/debug/memory/snapshot")).send().await?.error_for_status()?.bytes().await?.to_vec())
+    } else {
+        None
+    };
+    Ok((samples, snapshot))
+}

@@ -1,0 +1,145 @@
+//! The lab's outputs: the verdict table, `report.md`, `report.json`, plots and snapshots.
+
+use crate::driver::{RunOptions, VariantRun};
+use crate::expect::describe;
+use crate::files::write_atomic;
+use crate::judge::{primary_series, VariantResult};
+use crate::plot;
+use anyhow::Result;
+use leaklab_detect::{human_bytes, Verdict};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabReport {
+    pub scale: String,
+    pub device: String,
+    pub warmup: usize,
+    pub requests: usize,
+    pub concurrency: usize,
+    pub cores: usize,
+    pub seconds: f64,
+    pub passed: bool,
+    pub variants: Vec<VariantResult>,
+}
+
+impl LabReport {
+    pub fn new(options: &RunOptions, variants: Vec<VariantResult>, seconds: f64) -> LabReport {
+        LabReport {
+            scale: options.scale.name().into(),
+            device: options.device.clone(),
+            warmup: options.warmup,
+            requests: options.requests,
+            concurrency: options.concurrency,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            seconds,
+            passed: variants.iter().all(|v| v.passed),
+            variants,
+        }
+    }
+
+    fn rows(&self) -> Vec<[String; 9]> {
+        self.variants
+            .iter()
+            .map(|v| {
+                let j = v.primary.as_ref().map(|p| &p.judgement);
+                let verdict = match (&v.failure, j) {
+                    (Some(_), _) => "FAILED".to_string(),
+                    (None, Some(j)) => j.verdict.to_string(),
+                    (None, None) => "-".into(),
+                };
+                let slope = j.map_or("-".into(), |j| format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())));
+                let stage = v.stages.first().map_or("-".into(), |s| s.stage.clone());
+                let oom = v.projection.map_or("never".into(), |p| format!("{} req, {:.1} h", p.requests, p.hours()));
+                let rss = v.others.iter().find(|o| o.probe == "rss").map_or("-".into(), |o| o.judgement.verdict.to_string());
+                let pass = if v.passed { "pass" } else { "FAIL" };
+                [v.variant.clone(), v.cause.clone(), verdict, slope, stage, oom, rss, describe(&v.expected), pass.into()]
+            })
+            .collect()
+    }
+
+    const HEADER: [&'static str; 9] = ["variant", "cause", "verdict", "bytes/request", "growing stage", "OOM (reference)", "RSS", "expected", "result"];
+
+    /// The verdict table for the terminal.
+    pub fn table(&self) -> String {
+        let rows = self.rows();
+        let widths: Vec<usize> = (0..9).map(|c| rows.iter().map(|r| r[c].chars().count()).chain([Self::HEADER[c].len()]).max().unwrap_or(0)).collect();
+        let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+        let mut out = vec![line(Self::HEADER.to_vec())];
+        out.push(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+        out.extend(rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
+        out.join("\n")
+    }
+
+    /// The table's stable parts (no byte counts), for regression snapshots.
+    pub fn stable_table(&self) -> String {
+        self.rows().iter().map(|r| format!("{:<12} {:<10} {:<8} expected {:<16} {}", r[0], r[1], r[2], r[7], r[8])).collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        md.push_str("# leaklab report\n\n");
+        md.push_str(&format!(
+            "Scale `{}`, device `{}`, {} warm-up + {} measured requests per variant at concurrency {}, {} cores; {:.1} s in all. Overall: **{}**.\n\n",
+            self.scale, self.device, self.warmup, self.requests, self.concurrency, self.cores, self.seconds, if self.passed { "every verdict as expected" } else { "UNEXPECTED VERDICTS" }
+        ));
+        md.push_str("The verdict comes from the primary probe (the exact CPU allocator; CUDA allocated bytes on CUDA). OOM (reference): requests and hours until an 80 GB card that starts at 12 GB is full at this slope, one request every 32 s.\n\n");
+        md.push_str(&format!("| {} |\n|{}|\n", Self::HEADER.join(" | "), "---|".repeat(9)));
+        for r in self.rows() {
+            md.push_str(&format!("| {} |\n", r.join(" | ")));
+        }
+        md.push_str("\n![all variants](overlay.svg)\n\n## Variants\n");
+        for v in &self.variants {
+            md.push_str(&format!("\n### {}\n\n", v.variant));
+            if let Some(f) = &v.failure {
+                md.push_str(&format!("Run failed: {f}\n"));
+                continue;
+            }
+            for p in v.primary.iter().chain(&v.others) {
+                let j = &p.judgement;
+                md.push_str(&format!(
+                    "- `{}`: **{}**, {}/request (bound {} .. {}), {} → {}\n",
+                    p.probe,
+                    j.verdict,
+                    human_bytes(j.slope.bytes_per_request),
+                    human_bytes(j.slope.low),
+                    human_bytes(j.slope.high),
+                    human_bytes(j.first.1 as f64),
+                    human_bytes(j.last.1 as f64)
+                ));
+            }
+            for s in &v.stages {
+                md.push_str(&format!("- memory born in stage `{}` does not come back: {} at {}/request\n", s.stage, s.verdict, human_bytes(s.bytes_per_request)));
+            }
+            md.push_str(&format!("- {} requests in {:.1} s, {} errors\n\n![{}]({}.svg)\n", v.requests, v.seconds, v.errors, v.variant, v.variant));
+        }
+        md
+    }
+
+    /// Writes report.md, report.json, a plot per variant, the overlay and the snapshots into `dir`.
+    pub fn write(&self, dir: &Path, runs: &[VariantRun]) -> Result<()> {
+        write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(self)?)?;
+        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())?;
+        let mut overlay = Vec::new();
+        for run in runs {
+            let name = run.variant.name();
+            let (probe, primary) = primary_series(&run.samples);
+            let rss: Vec<(u64, i64)> = run.samples.iter().map(|s| (s.request, s.memory.rss_bytes as i64)).collect();
+            let lines = vec![(probe.to_string(), growth(&primary)), ("rss".to_string(), growth(&rss))];
+            let verdict = self.variants.iter().find(|v| v.variant == name).and_then(|v| v.primary.as_ref()).map_or(Verdict::Flat.to_string(), |p| p.judgement.verdict.to_string());
+            plot::write_chart(dir, name, &format!("{name}: {verdict} (growth since the first request, MB)"), &lines, self.warmup)?;
+            overlay.push((name.to_string(), growth(&primary)));
+            if let Some(snapshot) = &run.snapshot {
+                write_atomic(&dir.join(format!("{name}.pickle")), snapshot)?;
+            }
+        }
+        plot::write_chart(dir, "overlay", "All variants: primary probe, growth since the first request (MB)", &overlay, self.warmup)?;
+        Ok(())
+    }
+}
+
+/// Bytes above the first sample, in MB, for plotting.
+fn growth(series: &[(u64, i64)]) -> Vec<(f64, f64)> {
+    let base = series.first().map_or(0, |s| s.1);
+    series.iter().map(|(x, y)| (*x as f64, (y - base) as f64 / 1e6)).collect()
+}

@@ -1,0 +1,50 @@
+//! The leak check catches a real tch leak and passes its fixed twin.
+
+use leaklab_detect::Verdict;
+use leaklab_probe::guard::{assert_no_leak, TorchLeakCheck};
+use tch::{nn, nn::Module, Device, Kind, Tensor};
+
+fn model() -> (nn::VarStore, nn::Sequential) {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let seq = nn::seq().add(nn::linear(vs.root(), 64, 256, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs.root(), 256, 64, Default::default()));
+    (vs, seq)
+}
+
+#[test]
+fn a_graph_kept_in_a_running_sum_is_caught_with_its_exact_size() {
+    let (_vs, m) = model();
+    let x = Tensor::ones([16, 64], (Kind::Float, Device::Cpu));
+    let mut acc = Tensor::zeros([], (Kind::Float, Device::Cpu));
+    let report = TorchLeakCheck::new(5, 40).run(|_| {
+        let y = m.forward(&x);
+        acc = &acc + y.mean(Kind::Float); // the graph cause: each graph stays reachable
+    });
+    assert!(!report.passed());
+    let j = report.probes[0].judgement.as_ref().unwrap();
+    assert_eq!(j.verdict, Verdict::Leak);
+    // The hidden ReLU output saved for backward: 16 × 256 f32 per iteration.
+    assert_eq!(j.slope.bytes_per_request, 16.0 * 256.0 * 4.0);
+    let text = report.to_string();
+    assert!(text.contains("FAIL cpu allocator (exact): leak at 16.38 kB/iteration"), "{text}");
+}
+
+#[test]
+fn the_same_loop_in_inference_mode_with_an_f64_passes() {
+    let (_vs, m) = model();
+    let x = Tensor::ones([16, 64], (Kind::Float, Device::Cpu));
+    let mut sum = 0.0;
+    assert_no_leak(5, 40, |_| {
+        let y = leaklab_probe::inference_mode(|| m.forward(&x));
+        sum += y.mean(Kind::Float).double_value(&[]);
+    });
+    assert!(sum.is_finite());
+}
+
+#[test]
+fn rss_can_be_judged_beside_the_allocator() {
+    let report = TorchLeakCheck::new(3, 30).rss(1e6, 8e6).run(|_| {
+        let _t = Tensor::zeros([1024], (Kind::Float, Device::Cpu));
+    });
+    assert_eq!(report.probes.len(), 2);
+    assert!(report.passed(), "{report}");
+}
