@@ -1,8 +1,145 @@
-//! `cargo xtask device-bundle`: release binaries plus a launcher for a host with torch 2.11.0.
+//! `cargo xtask device-bundle [--out DIR]`: release binaries plus a launcher, in a folder under
+//! 64 MiB that runs on a Linux x86-64 host whose python3 has torch 2.11.0 (a GPU host with
+//! PyTorch 2.11.0+cu130, say), with no Rust toolchain and no network there.
+//!
+//! The bundle holds `bin/leaklab` (the lab and the service), `bin/gpu-tests` (the CUDA test
+//! binary, built with the `gpu-tests` feature), `run.sh` (finds torch's lib dir through the
+//! host's python and sets the loader path) and `gpu-check.sh` (the one prepared script for a
+//! lent GPU machine). `--smoke` then runs the bundle here on CPU against the venv's torch.
 
-use crate::torch::Torch;
-use anyhow::{bail, Result};
+use crate::torch::{self, workspace_root, Torch};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-pub fn run(_torch: &Torch, _args: &[String]) -> Result<()> {
-    bail!("device-bundle is not built yet (issue 10)")
+const LIMIT_BYTES: u64 = 64 << 20;
+
+pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
+    let mut out = workspace_root().join("target/device-bundle");
+    let mut smoke = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--out" => out = PathBuf::from(it.next().context("--out needs a folder")?),
+            "--smoke" => smoke = true,
+            other => bail!("unknown argument `{other}` (use --out DIR, --smoke)"),
+        }
+    }
+    build(torch, &out)?;
+    if smoke {
+        smoke_test(torch, &out)?;
+    }
+    Ok(())
 }
+
+fn build(torch: &Torch, out: &Path) -> Result<()> {
+    let mut cargo = torch.cargo();
+    cargo.args(["build", "--release", "--package", "leaklab"]);
+    torch::run(cargo)?;
+    // The GPU tests as a test binary: cargo prints its path in JSON messages.
+    let mut tests = torch.cargo();
+    tests.args(["test", "--release", "--package", "leaklab-service", "--features", "gpu-tests", "--test", "gpu", "--no-run", "--message-format", "json"]);
+    let output = tests.output().context("cannot build the GPU tests")?;
+    if !output.status.success() {
+        bail!("building the GPU tests failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let gpu_tests = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.contains("\"executable\":\"") && l.contains("\"name\":\"gpu\""))
+        .find_map(|l| l.split("\"executable\":\"").nth(1).and_then(|r| r.split('"').next()).map(PathBuf::from))
+        .context("cargo did not report the GPU test binary")?;
+
+    if out.exists() {
+        std::fs::remove_dir_all(out)?;
+    }
+    std::fs::create_dir_all(out.join("bin"))?;
+    copy_stripped(&workspace_root().join("target/release/leaklab"), &out.join("bin/leaklab"))?;
+    copy_stripped(&gpu_tests, &out.join("bin/gpu-tests"))?;
+    write_script(&out.join("run.sh"), RUN_SH)?;
+    write_script(&out.join("gpu-check.sh"), GPU_CHECK_SH)?;
+    std::fs::write(out.join("README.txt"), README_TXT)?;
+    let size = dir_size(out)?;
+    eprintln!("leaklab: device bundle at {} ({:.1} MiB)", out.display(), size as f64 / (1 << 20) as f64);
+    if size > LIMIT_BYTES {
+        bail!("the bundle is {size} bytes, over the 64 MiB limit");
+    }
+    Ok(())
+}
+
+fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to).with_context(|| format!("cannot copy {}", from.display()))?;
+    // Debug info is most of a release binary's size; the bundle has no use for it.
+    let _ = Command::new("strip").arg("--strip-debug").arg(to).status();
+    Ok(())
+}
+
+fn write_script(path: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        total += if entry.file_type()?.is_dir() { dir_size(&entry.path())? } else { entry.metadata()?.len() };
+    }
+    Ok(total)
+}
+
+/// Runs the bundle's launcher here, on CPU, against the provisioned torch: it must run the lab
+/// and print the table.
+fn smoke_test(torch: &Torch, out: &Path) -> Result<()> {
+    let python = torch.python.clone().context("the smoke test needs a python with torch (LEAKLAB_PYTHON)")?;
+    let report = out.join("smoke-report");
+    let output = Command::new(out.join("run.sh"))
+        .env("LEAKLAB_PYTHON", python)
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["run-lab", "--device", "cpu", "--warmup", "5", "--requests", "30", "--variant", "refs-leaky", "--variant", "refs-fixed", "--out"])
+        .arg(&report)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    if !output.status.success() || !stdout.contains("refs-leaky") || !stdout.contains("leak") {
+        bail!("the bundle's smoke run failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    std::fs::remove_dir_all(&report).ok();
+    eprintln!("leaklab: the device bundle runs here on CPU");
+    Ok(())
+}
+
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs a leaklab binary of this bundle against the torch 2.11.0 of this host's python.
+# Usage: ./run.sh run-lab --device cuda ...   |   ./run.sh serve ...   |   BIN=gpu-tests ./run.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="${LEAKLAB_PYTHON:-python3}"
+lib="$("$python" -c 'import os, torch; assert torch.__version__.split("+")[0] == "2.11.0", torch.__version__; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" || {
+  echo "run.sh: $python has no torch 2.11.0 (set LEAKLAB_PYTHON to one that has)" >&2; exit 2; }
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exec "$here/bin/${BIN:-leaklab}" "$@"
+"#;
+
+const GPU_CHECK_SH: &str = r#"#!/usr/bin/env bash
+# The one prepared script for a lent GPU machine: GPU tests, the lab on CUDA at both scales,
+# NVML figures. Writes everything under ${OUT:-./gpu-out}. A few minutes in all.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/gpu-out}"; mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv > "$out/nvidia-smi.csv" 2>&1
+BIN=gpu-tests "$here/run.sh" --test-threads=1 > "$out/gpu-tests.log" 2>&1; echo "gpu-tests exit $?" >> "$out/gpu-tests.log"
+timeout 200 "$here/run.sh" run-lab --device cuda --out "$out/default" > "$out/run-lab-default.txt" 2>&1; echo "exit $?" >> "$out/run-lab-default.txt"
+timeout 240 "$here/run.sh" run-lab --device cuda --scale seed --out "$out/seed" --memory-history 0 > "$out/run-lab-seed.txt" 2>&1; echo "exit $?" >> "$out/run-lab-seed.txt"
+cp "$out"/default/report.json "$out/report-default.json" 2>/dev/null
+cp "$out"/seed/report.json "$out/report-seed.json" 2>/dev/null
+tail -n 20 "$out"/*.txt "$out/gpu-tests.log"
+"#;
+
+const README_TXT: &str = "leaklab device bundle\n\n\
+Needs: Linux x86-64, a python3 with torch 2.11.0 (LEAKLAB_PYTHON to pick one), a GPU for --device cuda.\n\
+  ./run.sh run-lab --device cuda          # the lab on CUDA\n\
+  ./run.sh run-lab --device cuda --scale seed\n\
+  BIN=gpu-tests ./run.sh --test-threads=1 # the CUDA leak tests\n\
+  ./gpu-check.sh                          # all of the above, figures under ./gpu-out\n";

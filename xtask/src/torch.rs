@@ -108,7 +108,7 @@ impl Torch {
 
     pub fn test(&self, args: &[String]) -> Result<()> {
         let mut cmd = self.cargo();
-        cmd.args(["test", "--workspace"]).args(args);
+        cmd.args(["test", "--workspace", "--no-fail-fast"]).args(args);
         run(cmd)
     }
 

@@ -86,6 +86,9 @@ struct ServeArgs {
     /// Seconds before a request is answered 408.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
+    /// Memory budget in bytes: requests that would not fit are refused (413/503) before allocating.
+    #[arg(long)]
+    memory_budget: Option<u64>,
 }
 
 impl ServeArgs {
@@ -100,6 +103,7 @@ impl ServeArgs {
         config.debug_endpoints = self.debug_endpoints;
         config.memory_history_entries = self.memory_history;
         config.request_timeout = Duration::from_secs(self.timeout_secs);
+        config.memory_budget_bytes = self.memory_budget;
         Ok(config)
     }
 }

@@ -82,6 +82,13 @@ impl ModelConfig {
         4 * batch * self.input
     }
 
+    /// An upper estimate of the bytes one request of `rows` needs while it runs: the raw,
+    /// standardised and temporary inputs, two hidden activations per layer, the output and its
+    /// copy. Admission control compares it with the memory budget before allocating anything.
+    pub fn request_bytes_estimate(&self, rows: i64) -> i64 {
+        4 * rows * (3 * self.input + 2 * self.depth * self.hidden + 2 * self.output)
+    }
+
     pub fn parameters(&self) -> i64 {
         let first = self.input * self.hidden + self.hidden;
         let middle = (self.depth - 1) * (self.hidden * self.hidden + self.hidden);

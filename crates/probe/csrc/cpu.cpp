@@ -13,6 +13,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <chrono>
@@ -63,6 +64,10 @@ struct Counters {
 
 Counters g_counters;
 
+// A hard cap on live bytes (0: none). An allocation that would pass it fails the way libtorch's
+// own allocators fail, with c10::OutOfMemoryError, so callers exercise their real OOM path.
+std::atomic<int64_t> g_limit{0};
+
 // The live list and the history share one mutex: both change on every alloc and free, and
 // a snapshot must see them consistently.
 std::mutex g_mu;
@@ -99,6 +104,11 @@ struct CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) {
       return {nullptr, nullptr, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+    }
+    int64_t limit = g_limit.load(std::memory_order_relaxed);
+    if (limit > 0 && g_counters.live.load(std::memory_order_relaxed) + static_cast<int64_t>(n) > limit) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "leaklab CPU memory limit: allocating ", n, " bytes would pass the limit of ",
+                       limit, " bytes (", g_counters.live.load(), " live)");
     }
     auto* h = static_cast<Header*>(c10::alloc_cpu(n + kHeader));
     int64_t t = now_us();
@@ -168,6 +178,8 @@ void ll_cpu_stats(ll_cpu_stats_t* out) {
   out->free_count = g_counters.frees.load();
   out->alloc_bytes_total = g_counters.total.load();
 }
+
+void ll_cpu_set_limit(int64_t bytes) { g_limit.store(bytes > 0 ? bytes : 0); }
 
 void ll_cpu_reset_peak(void) { g_counters.peak.store(g_counters.live.load()); }
 

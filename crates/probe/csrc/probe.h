@@ -40,6 +40,7 @@ int ll_cpu_install(char* err, size_t errlen);
 int ll_cpu_installed(void);
 void ll_cpu_stats(ll_cpu_stats_t* out);
 void ll_cpu_reset_peak(void);
+void ll_cpu_set_limit(int64_t bytes);
 void ll_context_set(int32_t id);
 int32_t ll_context_get(void);
 void ll_cpu_live_by_context(int64_t* out, size_t n);

@@ -58,6 +58,14 @@ pub fn reset_peak() {
     unsafe { ffi::ll_cpu_reset_peak() }
 }
 
+/// Caps live bytes: an allocation that would pass `bytes` fails inside libtorch with
+/// `c10::OutOfMemoryError`, exactly like a real out-of-memory (`None` lifts the cap). The
+/// service uses it as a hard budget; tests use it to force an allocation failure.
+pub fn set_limit(bytes: Option<u64>) {
+    // SAFETY: stores to an atomic.
+    unsafe { ffi::ll_cpu_set_limit(bytes.map_or(0, |b| b as i64)) }
+}
+
 /// Live bytes of the blocks born in `context` (whichever thread frees them later).
 pub fn live_bytes_in(context: MemoryContext) -> i64 {
     live_by_context().into_iter().find(|(c, _)| *c == context).map(|(_, b)| b).unwrap_or(0)

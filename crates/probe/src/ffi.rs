@@ -55,6 +55,7 @@ extern "C" {
     pub fn ll_cpu_installed() -> c_int;
     pub fn ll_cpu_stats(out: *mut CpuStatsRaw);
     pub fn ll_cpu_reset_peak();
+    pub fn ll_cpu_set_limit(bytes: i64);
     pub fn ll_context_set(id: i32);
     pub fn ll_context_get() -> i32;
     pub fn ll_cpu_live_by_context(out: *mut i64, n: usize);

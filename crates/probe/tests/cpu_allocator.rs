@@ -88,3 +88,20 @@ fn contexts_are_interned_and_restored() {
     }
     assert_eq!(MemoryContext::current(), outer);
 }
+
+#[test]
+fn a_limit_fails_allocations_like_a_real_out_of_memory() {
+    // Only this test sets a limit; the limit is process-wide, so it stays far above what the
+    // other tests of this binary allocate.
+    let ctx = context("test-limit");
+    let _in_ctx = ctx.enter();
+    cpu::set_limit(Some(cpu::stats().live_bytes as u64 + (64 << 20)));
+    let failed = Tensor::f_zeros([1 << 30], (Kind::Float, Device::Cpu));
+    cpu::set_limit(None);
+    let err = failed.expect_err("a 4 GiB tensor passes a 64 MiB limit");
+    assert!(err.to_string().contains("leaklab CPU memory limit"), "{err}");
+    assert_eq!(cpu::live_bytes_in(ctx), 0, "a failed allocation leaves nothing behind");
+    let ok = Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).unwrap();
+    assert_eq!(cpu::live_bytes_in(ctx), 64);
+    drop(ok);
+}

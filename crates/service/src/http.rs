@@ -39,6 +39,11 @@ pub struct ServiceConfig {
     pub memory_history_entries: usize,
     /// Read NVML every this many requests (a driver call; the other probes are read every time).
     pub nvml_every: u64,
+    /// Memory the service may use (CPU allocator bytes, or CUDA allocated bytes on CUDA). A
+    /// request whose estimated need does not fit is refused before anything is allocated; on
+    /// CPU the budget is also a hard cap in the allocator, so an estimate that falls short ends
+    /// in a caught allocation failure (503), never in an OOM kill.
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl ServiceConfig {
@@ -54,6 +59,7 @@ impl ServiceConfig {
             sample_log_capacity: 200_000,
             memory_history_entries: 0,
             nvml_every: 10,
+            memory_budget_bytes: None,
         }
     }
 }
@@ -72,6 +78,9 @@ pub struct App {
 /// Builds the service state: the model, the variant's caches and the probes.
 pub fn app(config: ServiceConfig) -> anyhow::Result<Arc<App>> {
     let pipeline = Pipeline::new(config.variant, config.pipeline)?;
+    if let (Some(budget), None) = (config.memory_budget_bytes, pipeline.probes().cuda_device()) {
+        cpu::set_limit(Some(budget));
+    }
     if config.debug_endpoints && config.memory_history_entries > 0 {
         cpu::record_history(config.memory_history_entries);
         if pipeline.probes().cuda_device().is_some() {
@@ -132,7 +141,23 @@ async fn infer(State(app): State<Arc<App>>, body: Result<Json<InferRequest>, Jso
 async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejection>) -> Result<InferResponse, ApiError> {
     let Json(request) = body?;
     let batch = validate(request, app.config.pipeline.model.input as usize, app.config.max_batch)?;
+    let need = app.config.pipeline.model.request_bytes_estimate(batch.rows as i64).max(0) as u64;
+    if let Some(budget) = app.config.memory_budget_bytes {
+        if need > budget {
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("a batch of {} rows needs about {need} bytes, more than the memory budget of {budget}", batch.rows)));
+        }
+    }
     let mut worker = app.worker.clone().lock_owned().await;
+    if let Some(budget) = app.config.memory_budget_bytes {
+        let sample = worker.pipeline.probes().sample(false);
+        let in_use = sample.cuda.map_or(sample.cpu.live_bytes, |c| c.allocated_bytes).max(0) as u64;
+        if in_use + need > budget {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("memory budget exhausted: {in_use} of {budget} bytes in use, this batch needs about {need} more; retry later"),
+            ));
+        }
+    }
     let (capacity, nvml_every) = (app.config.sample_log_capacity, app.config.nvml_every.max(1));
     let (result, sample) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
