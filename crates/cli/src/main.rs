@@ -25,6 +25,29 @@ enum Command {
     Serve(ServeArgs),
     /// Run every variant under load, judge it and write the report.
     RunLab(RunLabArgs),
+    /// Sustained load against the fixed variants and the baseline.
+    Soak(SoakArgs),
+}
+
+#[derive(Args)]
+struct SoakArgs {
+    /// The CI-sized run: 600 requests per variant at concurrency 8.
+    #[arg(long)]
+    short: bool,
+    /// Requests per variant (default 100000, or 600 with --short).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Concurrent clients (default 16, or 8 with --short).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Variants (repeat); the fixed ones and baseline when absent.
+    #[arg(long = "variant", value_parser = parse_variant)]
+    variants: Vec<Variant>,
+    #[arg(long, default_value = "target/leaklab/soak")]
+    out: PathBuf,
+    /// Print the results as JSON and nothing else.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,6 +127,14 @@ impl ServeArgs {
         config.memory_history_entries = self.memory_history;
         config.request_timeout = Duration::from_secs(self.timeout_secs);
         config.memory_budget_bytes = self.memory_budget;
+        // Fault injection for the lab's tests: `LEAKLAB_CRASH_AFTER=refs-leaky:15`.
+        if let Ok(spec) = std::env::var("LEAKLAB_CRASH_AFTER") {
+            if let Some((variant, n)) = spec.split_once(':') {
+                if variant == self.variant.name() {
+                    config.crash_after = Some(n.parse().context("LEAKLAB_CRASH_AFTER=<variant>:<requests>")?);
+                }
+            }
+        }
         Ok(config)
     }
 }
@@ -145,7 +176,39 @@ fn main() -> Result<()> {
             runtime()?.block_on(leaklab_service::serve(config, addr))
         }
         Command::RunLab(args) => run_lab(args),
+        Command::Soak(args) => soak(args),
     }
+}
+
+fn soak(args: SoakArgs) -> Result<()> {
+    let requests = args.requests.unwrap_or(if args.short { 600 } else { 100_000 });
+    let options = RunOptions {
+        exe: std::env::current_exe()?,
+        scale: Scale::Default,
+        device: "cpu".into(),
+        // The fixed cache (32 batches) is full well inside the warm-up.
+        warmup: (requests / 10).clamp(50, 2000),
+        requests,
+        concurrency: args.concurrency.unwrap_or(if args.short { 8 } else { 16 }),
+        memory_history_entries: 0,
+        start_timeout: Duration::from_secs(180),
+    };
+    let variants = if args.variants.is_empty() { leaklab_lab::soak::VARIANTS.to_vec() } else { args.variants };
+    if !args.json {
+        eprintln!("leaklab soak: {} variants, {} warm-up + {} requests each at concurrency {}", variants.len(), options.warmup, options.requests, options.concurrency);
+    }
+    let results = runtime()?.block_on(leaklab_lab::soak::soak(&options, &variants, args.json));
+    leaklab_lab::soak::write(&args.out, &results)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        println!("{}", leaklab_lab::soak::table(&results));
+        println!("written to {}/soak.md", args.out.display());
+    }
+    if !results.iter().all(|r| r.passed) {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -47,6 +47,8 @@ pub struct VariantRun {
     #[serde(skip)]
     pub snapshot: Option<Vec<u8>>,
     pub errors: u64,
+    /// Client-side latency of each request, in the order they were sent (µs).
+    pub latencies_us: Vec<u64>,
     pub seconds: f64,
     /// Why the run could not finish, when it could not.
     pub failure: Option<String>,
@@ -136,7 +138,7 @@ impl Drop for ServiceProcess {
 /// Runs `variant` to the end, or to the point where its service died.
 pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &ProgressBar) -> VariantRun {
     let started = Instant::now();
-    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, seconds: 0.0, failure: None };
+    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, latencies_us: Vec::new(), seconds: 0.0, failure: None };
     let mut service = match ServiceProcess::start(options, variant) {
         Ok(s) => s,
         Err(e) => {
@@ -146,7 +148,10 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
     };
     let client = reqwest::Client::new();
     match drive(options, &client, &service.base, progress).await {
-        Ok(errors) => run.errors = errors,
+        Ok((errors, latencies)) => {
+            run.errors = errors;
+            run.latencies_us = latencies;
+        }
         Err(e) => {
             run.failure = Some(service.exit_reason().unwrap_or_else(|| format!("{e:#}")));
             return run;
@@ -165,35 +170,46 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
 }
 
 /// Sends `warmup + requests` distinct requests, `concurrency` at a time. Answers other than 200
-/// are counted; a transport error (the service is gone) ends the run.
-async fn drive(options: &RunOptions, client: &reqwest::Client, base: &str, progress: &ProgressBar) -> Result<u64> {
+/// are counted; a transport error (the service is gone) ends the run. Returns the error count
+/// and each request's latency as the client saw it.
+async fn drive(options: &RunOptions, client: &reqwest::Client, base: &str, progress: &ProgressBar) -> Result<(u64, Vec<u64>)> {
     let url = format!("{base}/v1/infer");
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let (rows, features) = (options.scale.batch() as usize, options.scale.config().input as usize);
     let mut errors = 0;
+    let mut latencies = Vec::with_capacity(options.total_requests());
     for index in 0..options.total_requests() as u64 {
         let permit = permits.clone().acquire_owned().await.expect("semaphore open");
         let (client, url) = (client.clone(), url.clone());
         tasks.spawn(async move {
             let body = serde_json::to_vec(&synthetic_request(index, rows, features)).expect("serialisable");
+            let sent = Instant::now();
             let response = client.post(&url).header("content-type", "application/json").body(body).send().await;
+            let ok = match response {
+                Ok(r) => Ok(r.status().is_success() && r.bytes().await.is_ok()),
+                Err(e) => Err(e),
+            };
             drop(permit);
-            response.map(|r| r.status().is_success())
+            ok.map(|ok| (index, ok, sent.elapsed().as_micros() as u64))
         });
         while let Some(done) = tasks.try_join_next() {
-            errors += u64::from(!settle(done?, progress)?);
+            settle(done?, progress, &mut errors, &mut latencies)?;
         }
     }
     while let Some(done) = tasks.join_next().await {
-        errors += u64::from(!settle(done?, progress)?);
+        settle(done?, progress, &mut errors, &mut latencies)?;
     }
-    Ok(errors)
+    latencies.sort_unstable();
+    Ok((errors, latencies.into_iter().map(|(_, us)| us).collect()))
 }
 
-fn settle(result: reqwest::Result<bool>, progress: &ProgressBar) -> Result<bool> {
+fn settle(result: reqwest::Result<(u64, bool, u64)>, progress: &ProgressBar, errors: &mut u64, latencies: &mut Vec<(u64, u64)>) -> Result<()> {
     progress.inc(1);
-    result.map_err(|e| anyhow!("request failed: {e}"))
+    let (index, ok, us) = result.map_err(|e| anyhow!("request failed: {e}"))?;
+    *errors += u64::from(!ok);
+    latencies.push((index, us));
+    Ok(())
 }
 
 async fn collect(client: &reqwest::Client, base: &str, snapshot: bool) -> Result<(Vec<RequestSample>, Option<Vec<u8>>)> {

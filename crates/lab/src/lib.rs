@@ -10,6 +10,7 @@ pub mod files;
 pub mod judge;
 pub mod plot;
 pub mod report;
+pub mod soak;
 
 pub use driver::{RunOptions, VariantRun};
 pub use judge::{judge_run, VariantResult};

@@ -44,6 +44,9 @@ pub struct ServiceConfig {
     /// CPU the budget is also a hard cap in the allocator, so an estimate that falls short ends
     /// in a caught allocation failure (503), never in an OOM kill.
     pub memory_budget_bytes: Option<u64>,
+    /// Fault injection for the lab's own tests: abort the process after this many requests,
+    /// as a crash would (set through `LEAKLAB_CRASH_AFTER=<variant>:<n>`).
+    pub crash_after: Option<u64>,
 }
 
 impl ServiceConfig {
@@ -60,6 +63,7 @@ impl ServiceConfig {
             memory_history_entries: 0,
             nvml_every: 10,
             memory_budget_bytes: None,
+            crash_after: None,
         }
     }
 }
@@ -158,10 +162,14 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
             ));
         }
     }
-    let (capacity, nvml_every) = (app.config.sample_log_capacity, app.config.nvml_every.max(1));
+    let (capacity, nvml_every, crash_after) = (app.config.sample_log_capacity, app.config.nvml_every.max(1), app.config.crash_after);
     let (result, sample) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let result = worker.pipeline.infer(&batch);
+        if crash_after.is_some_and(|n| worker.pipeline.requests() >= n) {
+            eprintln!("leaklab-service: crashing on purpose after {} requests (LEAKLAB_CRASH_AFTER)", worker.pipeline.requests());
+            std::process::abort();
+        }
         let latency_us = started.elapsed().as_micros() as u64;
         let sample = worker.pipeline.sample(latency_us, worker.pipeline.requests() % nvml_every == 0);
         if result.is_ok() && capacity > 0 {

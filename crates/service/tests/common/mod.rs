@@ -1,4 +1,5 @@
 //! One in-process client for the service's tests: requests go through the real router.
+#![allow(dead_code)] // each test binary uses its own subset
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
