@@ -27,6 +27,43 @@ enum Command {
     RunLab(RunLabArgs),
     /// Sustained load against the fixed variants and the baseline.
     Soak(SoakArgs),
+    /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
+    Bench(BenchArgs),
+    /// Write the model's weights as safetensors (plus its shapes as JSON), for the Python twin.
+    ExportWeights(ExportArgs),
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    #[arg(long, default_value = "default", value_parser = parse_scale)]
+    scale: Scale,
+    /// Output file, ending in .safetensors; the shapes go to <file>.json.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Requests for each throughput run (Rust, then Python).
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Requests for each leak cross-check run.
+    #[arg(long, default_value_t = 150)]
+    leak_requests: usize,
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Torch threads, the same for both services (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    #[arg(long, default_value = "lab/python/twin_service.py")]
+    script: PathBuf,
+    #[arg(long, default_value = "target/criterion")]
+    criterion_dir: PathBuf,
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -106,6 +143,9 @@ struct ServeArgs {
     /// Byte bound of the fixed feature cache (default: 32 batches' worth).
     #[arg(long)]
     cache_bytes: Option<usize>,
+    /// Torch intra-op threads (default: libtorch's choice, one per core).
+    #[arg(long)]
+    threads: Option<i32>,
     /// Seconds before a request is answered 408.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
@@ -171,13 +211,66 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
+            if let Some(n) = args.threads {
+                tch::set_num_threads(n);
+            }
             let config = args.config()?;
             let addr = std::net::SocketAddr::new(args.host, args.port);
             runtime()?.block_on(leaklab_service::serve(config, addr))
         }
         Command::RunLab(args) => run_lab(args),
         Command::Soak(args) => soak(args),
+        Command::Bench(args) => bench(args),
+        Command::ExportWeights(args) => export_weights(&args.out, args.scale),
     }
+}
+
+fn export_weights(out: &std::path::Path, scale: Scale) -> Result<()> {
+    let config = scale.config();
+    let model = leaklab_model::Mlp::new(config, tch::Device::Cpu);
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    model.save_safetensors(out).with_context(|| format!("cannot write {}", out.display()))?;
+    let mut shapes = serde_json::to_value(config)?;
+    shapes["batch"] = scale.batch().into();
+    std::fs::write(format!("{}.json", out.display()), serde_json::to_vec_pretty(&shapes)?)?;
+    Ok(())
+}
+
+fn bench(args: BenchArgs) -> Result<()> {
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let weights_dir = tempfile::tempdir()?;
+    let weights = weights_dir.path().join("default.safetensors");
+    export_weights(&weights, Scale::Default)?;
+    let python = args.python.or_else(|| std::env::var_os("LEAKLAB_PYTHON").map(PathBuf::from)).unwrap_or_else(|| "python3".into());
+    let rust = RunOptions {
+        exe: std::env::current_exe()?,
+        scale: Scale::Default,
+        device: "cpu".into(),
+        warmup: 20,
+        requests: args.requests,
+        concurrency: args.concurrency,
+        memory_history_entries: 0,
+        start_timeout: Duration::from_secs(180),
+        twin: None,
+        threads: Some(threads),
+    };
+    let options = leaklab_lab::bench::BenchOptions {
+        rust,
+        twin: leaklab_lab::PythonTwin { python, script: args.script, weights, threads },
+        criterion_dir: args.criterion_dir,
+        leak_requests: args.leak_requests,
+    };
+    eprintln!("leaklab bench: Rust and Python services, {} requests each at concurrency {}, {threads} torch threads", args.requests, args.concurrency);
+    let report = runtime()?.block_on(leaklab_lab::bench::bench(&options));
+    let command = "cargo xtask bench";
+    report.write(&args.out, command)?;
+    print!("{}", report.markdown(command));
+    if !report.failures.is_empty() {
+        bail!("{} runs failed: {}", report.failures.len(), report.failures.join("; "));
+    }
+    Ok(())
 }
 
 fn soak(args: SoakArgs) -> Result<()> {
@@ -192,6 +285,8 @@ fn soak(args: SoakArgs) -> Result<()> {
         concurrency: args.concurrency.unwrap_or(if args.short { 8 } else { 16 }),
         memory_history_entries: 0,
         start_timeout: Duration::from_secs(180),
+        twin: None,
+        threads: None,
     };
     let variants = if args.variants.is_empty() { leaklab_lab::soak::VARIANTS.to_vec() } else { args.variants };
     if !args.json {
@@ -230,6 +325,8 @@ fn run_lab(args: RunLabArgs) -> Result<()> {
         concurrency: args.concurrency,
         memory_history_entries: args.memory_history,
         start_timeout: Duration::from_secs(180),
+        twin: None,
+        threads: None,
     };
     let variants = if args.variants.is_empty() { Variant::ALL.to_vec() } else { args.variants.clone() };
     if !args.json {

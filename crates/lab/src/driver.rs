@@ -31,6 +31,20 @@ pub struct RunOptions {
     pub memory_history_entries: usize,
     /// Longest wait for a service to start.
     pub start_timeout: Duration,
+    /// Run the Python twin (lab/python/twin_service.py) instead of the Rust service.
+    pub twin: Option<PythonTwin>,
+    /// Torch threads for the Rust service (default: libtorch's choice).
+    pub threads: Option<usize>,
+}
+
+/// How to start the Python twin of the service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PythonTwin {
+    pub python: PathBuf,
+    pub script: PathBuf,
+    /// Weights exported from the Rust model (`leaklab export-weights`).
+    pub weights: PathBuf,
+    pub threads: usize,
 }
 
 impl RunOptions {
@@ -47,6 +61,8 @@ pub struct VariantRun {
     #[serde(skip)]
     pub snapshot: Option<Vec<u8>>,
     pub errors: u64,
+    /// Seconds spent sending requests (start-up and collection excluded).
+    pub load_seconds: f64,
     /// Client-side latency of each request, in the order they were sent (µs).
     pub latencies_us: Vec<u64>,
     pub seconds: f64,
@@ -63,11 +79,25 @@ struct ServiceProcess {
 impl ServiceProcess {
     fn start(options: &RunOptions, variant: Variant) -> Result<ServiceProcess> {
         let stderr = tempfile::tempfile()?;
-        let mut child = Command::new(&options.exe)
-            .args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", &options.device])
-            .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
-            .args(["--memory-history", &options.memory_history_entries.to_string()])
-            .args(["--max-batch", &options.scale.batch().to_string()])
+        let mut command = match &options.twin {
+            None => {
+                let mut c = Command::new(&options.exe);
+                c.args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", &options.device])
+                    .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
+                    .args(["--memory-history", &options.memory_history_entries.to_string()])
+                    .args(["--max-batch", &options.scale.batch().to_string()]);
+                if let Some(n) = options.threads {
+                    c.args(["--threads", &n.to_string()]);
+                }
+                c
+            }
+            Some(twin) => {
+                let mut c = Command::new(&twin.python);
+                c.arg(&twin.script).args(["--variant", variant.name(), "--port", "0", "--threads", &twin.threads.to_string()]).arg("--weights").arg(&twin.weights);
+                c
+            }
+        };
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr.try_clone()?)
@@ -138,7 +168,7 @@ impl Drop for ServiceProcess {
 /// Runs `variant` to the end, or to the point where its service died.
 pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &ProgressBar) -> VariantRun {
     let started = Instant::now();
-    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, latencies_us: Vec::new(), seconds: 0.0, failure: None };
+    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, load_seconds: 0.0, latencies_us: Vec::new(), seconds: 0.0, failure: None };
     let mut service = match ServiceProcess::start(options, variant) {
         Ok(s) => s,
         Err(e) => {
@@ -147,7 +177,10 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
         }
     };
     let client = reqwest::Client::new();
-    match drive(options, &client, &service.base, progress).await {
+    let load_started = Instant::now();
+    let driven = drive(options, &client, &service.base, progress).await;
+    run.load_seconds = load_started.elapsed().as_secs_f64();
+    match driven {
         Ok((errors, latencies)) => {
             run.errors = errors;
             run.latencies_us = latencies;
@@ -157,7 +190,7 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
             return run;
         }
     }
-    match collect(&client, &service.base, options.memory_history_entries > 0).await {
+    match collect(&client, &service.base, options.memory_history_entries > 0 && options.twin.is_none()).await {
         Ok((samples, snapshot)) => {
             run.samples = samples;
             run.snapshot = snapshot;

@@ -4,6 +4,7 @@
 //!
 //! The lab knows the service only through HTTP and its sample format; it never links libtorch.
 
+pub mod bench;
 pub mod driver;
 pub mod expect;
 pub mod files;
@@ -12,7 +13,7 @@ pub mod plot;
 pub mod report;
 pub mod soak;
 
-pub use driver::{RunOptions, VariantRun};
+pub use driver::{PythonTwin, RunOptions, VariantRun};
 pub use judge::{judge_run, VariantResult};
 pub use report::LabReport;
 

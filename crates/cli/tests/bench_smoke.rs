@@ -1,0 +1,38 @@
+//! The bench's code paths with tiny counts: the Rust service and its Python twin both serve,
+//! and the twin's leaks are on the same scale as Rust's. Timings are never asserted.
+
+use std::process::Command;
+
+#[test]
+fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
+    let python = std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON and installs the twin's packages");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.md");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let output = Command::new(env!("CARGO_BIN_EXE_leaklab"))
+        .current_dir(root)
+        .args(["bench", "--requests", "40", "--leak-requests", "60", "--concurrency", "2", "--python", &python, "--criterion-dir"])
+        .arg(dir.path().join("no-criterion-here"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr).lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap()).unwrap();
+    for side in ["rust_service", "python_service"] {
+        assert_eq!(report[side]["errors"], 0, "{side}");
+        assert_eq!(report[side]["requests"], 60, "{side}: 20 warm-up + 40");
+        assert!(report[side]["requests_per_second"].as_f64().unwrap() > 0.0);
+    }
+    let leaks = report["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 3);
+    let graph = &leaks[0];
+    assert_eq!(graph["rust_allocator_bytes_per_request"], 81_920.0);
+    // The twin keeps the same activations: on the heap, at least the 81,920 bytes the exact
+    // allocator sees in Rust, and not several times more. (Short runs: the heap is noisy.)
+    let p = graph["python_heap_bytes_per_request"].as_f64().unwrap();
+    assert!(p > 81_920.0 * 0.9 && p < 81_920.0 * 3.0, "python heap {p} B/request");
+    assert!(graph["rust_heap_bytes_per_request"].as_f64().unwrap() > 81_920.0 * 0.9);
+    let md = std::fs::read_to_string(&out).unwrap();
+    assert!(md.contains("Rust / Python") && md.contains("Cross-check"));
+}

@@ -1,0 +1,200 @@
+"""The Python twin of leaklab's service: the same model, the same variants, FastAPI + PyTorch.
+
+It is what the lab's users would otherwise run (the reference scenario is a FastAPI container),
+so it serves as the peer in `cargo xtask bench` and as the cross-check of the leaks: its leaky
+variants must keep about the same bytes per request as the Rust ones, on the probe both share
+(glibc's malloc heap, read with mallinfo2; PyTorch's CPU tensors are malloc'ed).
+
+    python twin_service.py --variant refs-leaky --weights default.safetensors --port 8001
+
+The weights come from the Rust model (`leaklab export-weights`), so both compute one function.
+Each leaky line is marked LEAK(cause), its fixed twin FIX(cause), as in crates/service.
+"""
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+import socket
+import threading
+import time
+
+import torch
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+from safetensors.torch import load_file
+
+VARIANTS = {
+    # name: (graph, refs, cache) with None meaning "feature absent", as in variant.rs
+    "graph-leaky": ("leaky", None, None),
+    "graph-fixed": ("fixed", None, None),
+    "refs-leaky": ("fixed", "leaky", None),
+    "refs-fixed": ("fixed", "fixed", None),
+    "cache-leaky": ("fixed", None, "leaky"),
+    "cache-fixed": ("fixed", None, "fixed"),
+    "baseline": ("fixed", "fixed", "fixed"),
+    "seed": ("leaky", "leaky", "leaky"),
+}
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_libc = ctypes.CDLL("libc.so.6")
+_libc.mallinfo2.restype = MallInfo2
+
+
+def heap_bytes():
+    info = _libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def build_model(weights_path):
+    config = json.load(open(weights_path + ".json"))
+    tensors = load_file(weights_path)
+    layers = []
+    for i in range(config["depth"] + 1):
+        fan_in = config["input"] if i == 0 else config["hidden"]
+        fan_out = config["output"] if i == config["depth"] else config["hidden"]
+        linear = torch.nn.Linear(fan_in, fan_out)
+        linear.weight.data.copy_(tensors[f"l{i}.weight"])
+        linear.bias.data.copy_(tensors[f"l{i}.bias"])
+        layers.append(linear)
+        if i < config["depth"]:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers), config
+
+
+class Pipeline:
+    def __init__(self, variant, model, config, cache_bytes):
+        self.graph, self.refs, self.cache_mode = VARIANTS[variant]
+        self.model, self.config = model, config
+        self.acc, self.total, self.count = None, 0.0, 0
+        self.history = [] if self.refs == "leaky" else collections.deque(maxlen=1024)
+        self.cache = {} if self.cache_mode == "leaky" else collections.OrderedDict()
+        self.cache_bytes, self.cache_capacity = 0, cache_bytes
+        self.requests = 0
+
+    def preprocess(self, inputs):
+        key = hash(tuple(map(tuple, inputs)))
+        if self.cache_mode is not None and key in self.cache:
+            if self.cache_mode == "fixed":
+                self.cache.move_to_end(key)
+            return self.cache[key], True
+        raw = torch.tensor(inputs, dtype=torch.float32)
+        x = (raw - raw.mean(-1, keepdim=True)) / (raw.std(-1, unbiased=False, keepdim=True) + 1e-6)
+        if self.cache_mode == "leaky":
+            self.cache[key] = x  # LEAK(cache): nothing ever leaves this dict
+        elif self.cache_mode == "fixed":
+            size = x.numel() * x.element_size()
+            if size <= self.cache_capacity:
+                self.cache[key] = x
+                self.cache_bytes += size
+                while self.cache_bytes > self.cache_capacity:  # FIX(cache): evict to the byte bound
+                    _, old = self.cache.popitem(last=False)
+                    self.cache_bytes -= old.numel() * old.element_size()
+        return x, False
+
+    def forward(self, x):
+        if self.graph == "leaky":
+            return self.model(x)  # LEAK(graph): autograd records the graph
+        with torch.inference_mode():  # FIX(graph): nothing recorded, inference tensors out
+            return self.model(x)
+
+    def telemetry(self, y):
+        if self.graph == "leaky":
+            mean = y.mean()
+            self.acc = mean if self.acc is None else self.acc + mean  # LEAK(graph): a tensor statistic chains every graph
+        else:
+            self.total += y.mean().item()  # FIX(graph): a float
+        self.count += 1
+        if self.refs == "leaky":
+            self.history.append(y)  # LEAK(refs): the output tensor, kept forever
+        elif self.refs == "fixed":
+            self.history.append(y.detach().cpu().abs().max().item())  # FIX(refs): a number, bounded
+
+    def infer(self, inputs):
+        x, cached = self.preprocess(inputs)
+        y = self.forward(x)
+        outputs = y.detach().tolist()
+        self.telemetry(y)
+        self.requests += 1
+        return outputs, cached
+
+
+class InferRequest(BaseModel):
+    inputs: list[list[float]]
+
+
+def make_app(pipeline, variant, sample_capacity=200_000):
+    app = FastAPI()
+    lock = threading.Lock()
+    samples = collections.deque(maxlen=sample_capacity)
+    features = pipeline.config["input"]
+
+    @app.post("/v1/infer")
+    def infer(request: InferRequest):
+        if not request.inputs or any(len(row) != features for row in request.inputs):
+            raise HTTPException(status_code=422, detail=f"every row needs {features} features")
+        with lock:
+            started = time.perf_counter()
+            outputs, cached = pipeline.infer(request.inputs)
+            latency_us = int((time.perf_counter() - started) * 1e6)
+            # The same JSON as the Rust service's RequestSample; the allocator fields are 0
+            # because PyTorch exposes no CPU allocator statistics: compare on heap_bytes.
+            samples.append({
+                "request": pipeline.requests, "latency_us": latency_us, "stage_live_bytes": [0, 0, 0, 0],
+                "memory": {"cpu": {"live_bytes": 0, "peak_bytes": 0, "live_blocks": 0, "alloc_count": 0, "free_count": 0,
+                                   "alloc_bytes_total": 0},
+                           "rss_bytes": rss_bytes(), "heap_bytes": heap_bytes(), "cuda": None, "nvml": None},
+            })
+            return {"request": pipeline.requests, "variant": variant, "cached": cached, "outputs": outputs}
+
+    @app.get("/debug/memory/samples")
+    def debug_samples(since: int = 0):
+        with lock:
+            return [s for s in samples if s["request"] > since]
+
+    @app.get("/healthz")
+    def healthz():
+        return "ok"
+
+    return app
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", required=True, choices=sorted(VARIANTS))
+    parser.add_argument("--weights", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--cache-bytes", type=int, default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    model, config = build_model(args.weights)
+    cache_bytes = args.cache_bytes or 32 * 4 * config["batch"] * config["input"]
+    app = make_app(Pipeline(args.variant, model, config, cache_bytes), args.variant)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)  # accept into the backlog from now on, before uvicorn starts serving
+    host, port = sock.getsockname()
+    # The lab driver reads this line, as it does the Rust service's.
+    print(f"leaklab-twin {args.variant} listening on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
