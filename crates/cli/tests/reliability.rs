@@ -38,6 +38,16 @@ fn a_killed_run_leaves_no_half_written_report() {
     // Nothing is written until the run ends, and then only through temp file + rename.
     let names: Vec<String> = std::fs::read_dir(out.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(names.is_empty(), "files from a killed run: {names:?}");
+    // And its service process went with it (parent-death signal), rather than serving on.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let orphans: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" serve ") && c.contains(&out.path().display().to_string()) || c.contains("serve --variant graph-leaky") && c.contains("20000"))
+        .collect();
+    assert!(orphans.is_empty(), "a service outlived its killed lab: {orphans:?}");
 }
 
 #[test]

@@ -97,6 +97,15 @@ impl ServiceProcess {
                 c
             }
         };
+        // The service must not outlive the lab, even when the lab is killed outright.
+        // SAFETY: prctl is async-signal-safe, and nothing else runs between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
