@@ -4,5 +4,7 @@ use crate::torch::Torch;
 use anyhow::Result;
 
 pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
-    torch.leaklab(&["lab"], args)
+    let mut cmd = torch.cargo();
+    cmd.args(["run", "--quiet", "--package", "leaklab-exercises", "--"]).args(args);
+    crate::torch::run_as_is(cmd)
 }

@@ -103,7 +103,7 @@ impl Torch {
     pub fn leaklab(&self, sub: &[&str], args: &[String]) -> Result<()> {
         let mut cmd = self.cargo();
         cmd.args(["run", "--quiet", "--release", "--package", "leaklab", "--"]).args(sub).args(args);
-        run(cmd)
+        run_as_is(cmd)
     }
 
     pub fn test(&self, args: &[String]) -> Result<()> {
@@ -125,6 +125,16 @@ pub fn run(mut cmd: Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
     if !status.success() {
         bail!("{:?} {} failed ({status})", cmd.get_program(), cmd.get_args().next().map(|a| a.to_string_lossy()).unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Runs a command that reports for itself, and exits with its status: a verdict table that
+/// says "FAIL" needs no second error message from the xtask.
+pub fn run_as_is(mut cmd: Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
     }
     Ok(())
 }

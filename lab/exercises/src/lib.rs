@@ -1,0 +1,162 @@
+//! Workshop exercises: one leaky service per cause, plus the seed container with all three.
+//!
+//! The learner edits `src/exN_*.rs`; `cargo xtask lab check N` runs that code under the leak
+//! check and against the model's true outputs. The reference solutions live in
+//! `lab/solutions/` and are compiled beside the exercises, so the tests prove both halves: every
+//! untouched exercise fails its check, every solution passes it.
+
+use leaklab_detect::{human_bytes, Verdict};
+use leaklab_model::{Mlp, Scale};
+use leaklab_probe::guard::TorchLeakCheck;
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use tch::{Device, Tensor};
+
+pub mod ex1_graph;
+pub mod ex2_refs;
+pub mod ex3_cache;
+pub mod ex4_seed;
+
+/// The reference solutions, compiled from lab/solutions/.
+#[path = "../../solutions/mod.rs"]
+pub mod solutions;
+
+/// What every exercise implements: serve one request.
+pub trait Exercise {
+    /// Runs the model on a batch of inputs and returns the outputs, row-major.
+    fn handle(&mut self, model: &Mlp, x: &Tensor) -> Vec<f32>;
+    /// A statistic the service keeps across requests (it must survive the fix).
+    fn mean_output(&self) -> f64;
+}
+
+pub struct Info {
+    pub number: usize,
+    pub name: &'static str,
+    pub file: &'static str,
+    pub symptom: &'static str,
+}
+
+pub const EXERCISES: [Info; 4] = [
+    Info { number: 1, name: "graph", file: "ex1_graph.rs", symptom: "memory climbs by a forward pass's activations on every request" },
+    Info { number: 2, name: "refs", file: "ex2_refs.rs", symptom: "memory climbs by one output per request" },
+    Info { number: 3, name: "cache", file: "ex3_cache.rs", symptom: "memory climbs by one output per new input, forever" },
+    Info { number: 4, name: "seed", file: "ex4_seed.rs", symptom: "the container of the story: all three at once" },
+];
+
+pub fn info(n: usize) -> anyhow::Result<&'static Info> {
+    EXERCISES.iter().find(|e| e.number == n).ok_or_else(|| anyhow::anyhow!("no exercise {n}; `cargo xtask lab list` shows 1 to {}", EXERCISES.len()))
+}
+
+/// The learner's version of exercise `n`, or the reference solution.
+pub fn service(n: usize, solution: bool) -> anyhow::Result<Box<dyn Exercise>> {
+    info(n)?;
+    Ok(match (n, solution) {
+        (1, false) => Box::new(ex1_graph::Service::new()),
+        (2, false) => Box::new(ex2_refs::Service::new()),
+        (3, false) => Box::new(ex3_cache::Service::new()),
+        (4, false) => Box::new(ex4_seed::Service::new()),
+        (1, true) => Box::new(solutions::ex1_graph::Service::new()),
+        (2, true) => Box::new(solutions::ex2_refs::Service::new()),
+        (3, true) => Box::new(solutions::ex3_cache::Service::new()),
+        _ => Box::new(solutions::ex4_seed::Service::new()),
+    })
+}
+
+/// A key for a batch of inputs (the exercises' caches use it).
+pub fn input_key(x: &Tensor) -> u64 {
+    let values = Vec::<f32>::try_from(x.flatten(0, -1)).expect("f32 input");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for v in values {
+        v.to_bits().hash(&mut h);
+    }
+    h.finish()
+}
+
+const ROWS: i64 = 8;
+const WARMUP: usize = 10;
+const ITERATIONS: usize = 200;
+
+/// Request `i`'s input: new for most requests; every fifth repeats an earlier one, so a cache
+/// is exercised (hits must return the right outputs too).
+fn input(i: usize) -> Tensor {
+    let seed = if i % 5 == 4 { i - 3 } else { i } as u64;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let values: Vec<f32> = (0..ROWS * 512)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect();
+    Tensor::from_slice(&values).view([ROWS, 512])
+}
+
+pub struct Outcome {
+    pub passed: bool,
+    pub text: String,
+}
+
+/// Runs exercise `n`'s service under the leak check and against the true outputs, and says in
+/// plain words how it went.
+pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
+    let info = info(n)?;
+    let model = Mlp::new(Scale::Default.config(), Device::Cpu);
+    let wrong = RefCell::new(Vec::<String>::new());
+    let report = TorchLeakCheck::new(WARMUP, ITERATIONS).run(|i| {
+        let x = input(i);
+        let want = Vec::<f32>::try_from(leaklab_probe::inference_mode(|| model.forward(&x)).flatten(0, -1)).expect("f32");
+        let got = service.handle(&model, &x);
+        if got.len() != want.len() {
+            wrong.borrow_mut().push(format!("request {i}: {} output values, expected {}", got.len(), want.len()));
+        } else if let Some(j) = got.iter().zip(&want).position(|(a, b)| (a - b).abs() > 1e-4 * (1.0 + b.abs())) {
+            wrong.borrow_mut().push(format!("request {i}: output {j} is {}, expected {}", got[j], want[j]));
+        }
+    });
+    let mut text = format!("Exercise {n} ({}), {} warm-up + {} requests of {ROWS} rows:\n", info.name, WARMUP, ITERATIONS);
+    let probe = &report.probes[0];
+    let leaks = match &probe.judgement {
+        Ok(j) if j.verdict == Verdict::Leak => {
+            text.push_str(&format!("  It still leaks: {} per request stays allocated after handle() returns.\n", human_bytes(j.slope.bytes_per_request)));
+            if let Some(p) = probe.projection {
+                text.push_str(&format!(
+                    "  At that rate an 80 GB card that starts at 12 GB is full after {} requests: {:.0} hours at one request every 32 s.\n",
+                    p.requests,
+                    p.hours()
+                ));
+            }
+            text.push_str("  Memory born in handle() is being kept: look for tensors that outlive the request.\n");
+            true
+        }
+        Ok(j) => {
+            let how = if j.verdict == Verdict::Plateau { "grows to a bound and stops (a bounded cache)" } else { "stays flat" };
+            text.push_str(&format!("  Memory {how}: {} per request after warm-up.\n", human_bytes(j.slope.bytes_per_request)));
+            false
+        }
+        Err(e) => {
+            text.push_str(&format!("  No verdict: {e}\n"));
+            true
+        }
+    };
+    let wrong = wrong.into_inner();
+    if wrong.is_empty() {
+        text.push_str("  Outputs are correct on every request.\n");
+    } else {
+        text.push_str(&format!("  Outputs are WRONG on {} requests, e.g. {}.\n", wrong.len(), wrong[0]));
+    }
+    let statistic = service.mean_output();
+    if !statistic.is_finite() {
+        text.push_str("  The service's statistic is not a finite number: keep it working.\n");
+    }
+    let passed = !leaks && wrong.is_empty() && statistic.is_finite();
+    text.push_str(if passed { "  PASS: the leak is gone and the service still answers right.\n" } else { "  NOT YET: see above; lab/README.md has hints.\n" });
+    Ok(Outcome { passed, text })
+}
+
+/// Restores exercise `n` to its starting state (from lab/exercises/original/).
+pub fn reset(n: usize) -> anyhow::Result<()> {
+    let info = info(n)?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(root.join("original").join(info.file), root.join("src").join(info.file))?;
+    Ok(())
+}
