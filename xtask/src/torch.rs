@@ -129,6 +129,27 @@ pub fn run(mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// `promtool test rules` on the runbook's alert rule. promtool comes with Debian's `prometheus`
+/// package: installed when missing and apt-get can (as root); otherwise the step says it was
+/// skipped rather than pretending to pass.
+fn promtool_rules() -> Result<()> {
+    let has_promtool = || Command::new("promtool").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    if !has_promtool() {
+        let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+        if root && Command::new("apt-get").arg("--version").output().is_ok() {
+            eprintln!("leaklab: installing Debian's prometheus package for promtool");
+            let _ = Command::new("apt-get").args(["install", "-y", "-q", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive").status();
+        }
+    }
+    if !has_promtool() {
+        eprintln!("leaklab: SKIPPED promtool test rules: promtool is not installed and could not be (apt-get install prometheus)");
+        return Ok(());
+    }
+    let mut cmd = Command::new("promtool");
+    cmd.current_dir(workspace_root().join("docs/prometheus")).args(["test", "rules", "leaklab-alerts.test.yml"]);
+    run(cmd).context("the alert rule's promtool test failed")
+}
+
 /// Runs a command that reports for itself, and exits with its status: a verdict table that
 /// says "FAIL" needs no second error message from the xtask.
 pub fn run_as_is(mut cmd: Command) -> Result<()> {

@@ -121,3 +121,8 @@ pub fn assert_no_leak(warmup: usize, iterations: usize, body: impl FnMut(usize))
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeSnippets;
+
+/// The runbook's Rust snippets, likewise.
+#[doc = include_str!("../../../docs/runbook.md")]
+#[cfg(doctest)]
+pub struct RunbookSnippets;
