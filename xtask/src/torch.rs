@@ -106,14 +106,42 @@ impl Torch {
         run_as_is(cmd)
     }
 
+    /// Everything: unit, integration and doc tests, the benches once each in test mode, the
+    /// bench smoke against the Python twin, the alert rule under promtool, and the device bundle
+    /// run here on CPU. Extra arguments go to `cargo test` and skip the last two steps.
     pub fn test(&self, args: &[String]) -> Result<()> {
-        let mut cmd = self.cargo();
-        cmd.args(["test", "--workspace", "--no-fail-fast"]).args(args);
-        run(cmd)
+        self.ensure_python_packages()?;
+        let mut all = self.cargo();
+        all.args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
+        let mut docs = self.cargo();
+        docs.args(["test", "--workspace", "--no-fail-fast", "--doc"]).args(args);
+        let (all, docs) = (run(all), run(docs));
+        all.and(docs)?;
+        if args.is_empty() {
+            promtool_rules()?;
+            crate::bundle::run(self, &["--smoke".to_string()])?;
+        }
+        Ok(())
     }
 
+    /// Criterion groups, then the HTTP comparison with the Python twin; writes docs/benchmarks.md.
     pub fn bench(&self, args: &[String]) -> Result<()> {
+        self.ensure_python_packages()?;
+        let mut criterion = self.cargo();
+        criterion.args(["bench", "--package", "leaklab-service", "--bench", "fixes", "--package", "leaklab-probe", "--bench", "probe_overhead"]);
+        run(criterion)?;
         self.leaklab(&["bench"], args)
+    }
+
+    /// The Python twin's packages (FastAPI, uvicorn, safetensors), in the same python as torch.
+    pub fn ensure_python_packages(&self) -> Result<()> {
+        let Some(python) = &self.python else { return Ok(()) };
+        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors"]).output().map(|o| o.status.success()).unwrap_or(false);
+        if !present {
+            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors) into {}", python.display());
+            pip_install(python, &["fastapi", "uvicorn", "safetensors"])?;
+        }
+        Ok(())
     }
 }
 
