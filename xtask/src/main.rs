@@ -28,7 +28,8 @@ enum Task {
     Test(Passthrough),
     /// Start the inference service for one variant (e.g. `--variant refs-leaky`).
     Serve(Passthrough),
-    /// Sustained load against the fixed variants; `--short` for the CI-sized run.
+    /// Sustained load against the fixed variants (100,000 requests each) and 10,000 fuzzed bad
+    /// requests; `--short` for the CI-sized soak alone.
     Soak(Passthrough),
     /// Criterion benchmarks plus the HTTP load comparison; writes docs/benchmarks.md.
     Bench(Passthrough),
@@ -53,7 +54,16 @@ fn main() -> Result<()> {
     match cli.task {
         Task::RunLab(p) => torch.leaklab(&["run-lab"], &p.args),
         Task::Serve(p) => torch.leaklab(&["serve"], &p.args),
-        Task::Soak(p) => torch.leaklab(&["soak"], &p.args),
+        Task::Soak(p) => {
+            torch.leaklab(&["soak"], &p.args)?;
+            if !p.args.iter().any(|a| a == "--short") {
+                // The full mode also throws 10,000 generated bad requests at the service.
+                let mut fuzz = torch.cargo();
+                fuzz.env("LEAKLAB_FUZZ_CASES", "10000").args(["test", "--release", "--package", "leaklab-service", "--test", "fuzz", "--", "--nocapture"]);
+                torch::run(fuzz)?;
+            }
+            Ok(())
+        }
         Task::Test(p) => torch.test(&p.args),
         Task::Bench(p) => torch.bench(&p.args),
         Task::Lab(p) => lab::run(&torch, &p.args),

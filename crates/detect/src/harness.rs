@@ -145,12 +145,10 @@ impl fmt::Display for LeakReport {
                 Ok(j) => {
                     writeln!(
                         f,
-                        "  {status} {}: {} at {}/iteration (bound {} .. {}), budget {}/iteration",
+                        "  {status} {}: {} at {} per iteration, budget {}/iteration",
                         p.name,
                         j.verdict,
-                        human_bytes(j.slope.bytes_per_request),
-                        human_bytes(j.slope.low),
-                        human_bytes(j.slope.high),
+                        j.slope.with_bounds(),
                         human_bytes(p.budget_bytes)
                     )?;
                     writeln!(f, "       first samples {:?}, last samples {:?}", p.first_samples, p.last_samples)?;

@@ -26,6 +26,12 @@ impl Slope {
     pub fn half_width(&self) -> f64 {
         (self.high - self.low) / 2.0
     }
+
+    /// `81.92 kB (bound 81.92 kB .. 81.92 kB)`, in decimal units.
+    pub fn with_bounds(&self) -> String {
+        use crate::human_bytes;
+        format!("{} (bound {} .. {})", human_bytes(self.bytes_per_request), human_bytes(self.low), human_bytes(self.high))
+    }
 }
 
 /// Most points used for the pairwise slopes; longer series are thinned evenly (the pair count

@@ -94,7 +94,7 @@ fn the_harness_fails_a_leak_over_budget_and_passes_one_under_it() {
     let over = LeakCheck::new(3, 30).probe("counter", 0.0, 0.0, || kept.get()).run(|_| kept.set(kept.get() + 4096));
     assert!(!over.passed());
     let text = over.to_string();
-    assert!(text.contains("FAIL counter: leak at 4.10 kB/iteration"), "{text}");
+    assert!(text.contains("FAIL counter: leak at 4.10 kB (bound 4.10 kB .. 4.10 kB) per iteration"), "{text}");
     assert!(text.contains("iterations ("), "{text}");
     kept.set(0);
     let under = LeakCheck::new(3, 30).probe("counter", 8192.0, 0.0, || kept.get()).run(|_| kept.set(kept.get() + 4096));

@@ -98,12 +98,10 @@ impl LabReport {
             for p in v.primary.iter().chain(&v.others) {
                 let j = &p.judgement;
                 md.push_str(&format!(
-                    "- `{}`: **{}**, {}/request (bound {} .. {}), {} → {}\n",
+                    "- `{}`: **{}**, {} per request, {} → {}\n",
                     p.probe,
                     j.verdict,
-                    human_bytes(j.slope.bytes_per_request),
-                    human_bytes(j.slope.low),
-                    human_bytes(j.slope.high),
+                    j.slope.with_bounds(),
                     human_bytes(j.first.1 as f64),
                     human_bytes(j.last.1 as f64)
                 ));

@@ -25,7 +25,7 @@ fn a_graph_kept_in_a_running_sum_is_caught_with_its_exact_size() {
     // The hidden ReLU output saved for backward: 16 × 256 f32 per iteration.
     assert_eq!(j.slope.bytes_per_request, 16.0 * 256.0 * 4.0);
     let text = report.to_string();
-    assert!(text.contains("FAIL cpu allocator (exact): leak at 16.38 kB/iteration"), "{text}");
+    assert!(text.contains("FAIL cpu allocator (exact): leak at 16.38 kB (bound 16.38 kB .. 16.38 kB) per iteration"), "{text}");
 }
 
 #[test]
