@@ -79,10 +79,10 @@ int ll_cuda_reset_peak(int device, char* err, size_t errlen) {
 
 int ll_cuda_record_history(int enabled, size_t max_entries, char* err, size_t errlen) {
   return guarded(err, errlen, [&] {
-    // Same defaults as torch.cuda.memory._record_memory_history(): all actions, with context;
-    // stacks "python" would be empty here, so C++ stacks are recorded.
+    // As torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="all"):
+    // stacks must be "python" or "all"; "all" adds C++ frames, the only ones a Rust host has.
     std::optional<std::string> mode = enabled ? std::optional<std::string>("all") : std::nullopt;
-    torch::cuda::_record_memory_history(mode, "all", "cpp", max_entries);
+    torch::cuda::_record_memory_history(mode, "all", "all", max_entries);
   });
 }
 
