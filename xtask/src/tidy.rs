@@ -1,5 +1,5 @@
 //! House rules, checked as a test (rust-analyzer's `tidy`): every source file opens with a `//!`
-//! doc, nothing is `#[ignore]`d, no trailing whitespace, every deliberate leak has its fix in the
+//! doc, no test carries an ignore attribute, no trailing whitespace, every deliberate leak has its fix in the
 //! same file, and the code map names every crate.
 
 #[cfg(test)]
