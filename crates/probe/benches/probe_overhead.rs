@@ -15,6 +15,10 @@ fn probe_overhead(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("sample_without_nvml", |b| b.iter(|| probes.sample(false)));
     group.bench_function("cpu_stats_only", |b| b.iter(cpu::stats));
+    let full = probes.sample(false);
+    group.bench_function("sample_allocators", |b| b.iter(|| probes.sample_allocators(&full)));
+    group.bench_function("rss_only", |b| b.iter(leaklab_probe::process::rss_bytes));
+    group.bench_function("malloc_heap_only", |b| b.iter(leaklab_probe::process::heap_bytes));
     group.bench_function("forward_batch8", |b| b.iter(|| leaklab_probe::inference_mode(|| model.forward(&x))));
     group.bench_function("forward_batch8_plus_sample", |b| {
         b.iter(|| {

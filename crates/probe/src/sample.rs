@@ -45,6 +45,14 @@ impl Probes {
         self.cuda_device
     }
 
+    /// The allocator figures (CPU, and CUDA when enabled) read now; RSS, heap and NVML carried
+    /// over from `previous`. The allocators are atomics; `mallinfo2` walks every malloc arena
+    /// and `/proc` is a file read, which on a hot path cost more than the 2 % the lab allows,
+    /// so services read those every N requests (`sample`) and this in between.
+    pub fn sample_allocators(&self, previous: &MemorySample) -> MemorySample {
+        MemorySample { cpu: cpu::stats(), cuda: self.cuda_device.and_then(|d| cuda::stats(d).ok()), ..previous.clone() }
+    }
+
     /// Reads every enabled probe. NVML is the slow one (a driver call); pass `with_nvml: false`
     /// on hot paths and read it every N requests instead.
     pub fn sample(&self, with_nvml: bool) -> MemorySample {

@@ -85,6 +85,8 @@ fn cpu_pipeline(c: &mut Criterion) {
     for rows in BATCHES {
         group.throughput(Throughput::Elements(rows as u64));
         let batches: Vec<_> = (0..64).map(|i| validate(synthetic_request(i, rows as usize, 512), 512, 1024).unwrap()).collect();
+        // With a sample as the service takes it: allocators and stages every request, the
+        // process probes every tenth.
         for (name, sample) in [("baseline", false), ("baseline_with_sample", true)] {
             let mut p = Pipeline::new(Variant::Baseline, PipelineConfig::new(Scale::Default.config(), DeviceChoice::Cpu)).unwrap();
             let mut i = 0;
@@ -93,9 +95,39 @@ fn cpu_pipeline(c: &mut Criterion) {
                     i += 1;
                     let out = p.infer(&batches[i % batches.len()]).unwrap();
                     if sample {
-                        std::hint::black_box(p.sample(0, false));
+                        std::hint::black_box(p.sample(0, i % 10 == 0));
                     }
                     out
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// The forward on CUDA, timed with `iter_custom` and a device synchronisation before the clock
+/// is read (GPU work is asynchronous). Without a GPU it says so and measures nothing.
+fn cuda_forward(c: &mut Criterion) {
+    if !leaklab_probe::cuda::is_available() {
+        eprintln!("cuda_forward: CUDA not available, group skipped");
+        return;
+    }
+    let model = Mlp::new(Scale::Default.config(), Device::Cuda(0));
+    let mut group = c.benchmark_group("cuda_forward");
+    for rows in [8i64, 64, 512] {
+        let x = Tensor::randn([rows, 512], (Kind::Float, Device::Cuda(0)));
+        group.throughput(Throughput::Elements(rows as u64));
+        for (name, inference) in [("grad", false), ("inference_mode", true)] {
+            group.bench_with_input(BenchmarkId::new(name, rows), &x, |b, x| {
+                b.iter_custom(|iters| {
+                    leaklab_probe::cuda::synchronize(0).unwrap();
+                    let start = std::time::Instant::now();
+                    for _ in 0..iters {
+                        let y = if inference { inference_mode(|| model.forward(x)) } else { model.forward(x) };
+                        drop(std::hint::black_box(y));
+                    }
+                    leaklab_probe::cuda::synchronize(0).unwrap();
+                    start.elapsed()
                 })
             });
         }
@@ -106,6 +138,6 @@ fn cpu_pipeline(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(20);
-    targets = cpu_forward, cpu_telemetry, cpu_cache, cpu_pipeline
+    targets = cpu_forward, cpu_telemetry, cpu_cache, cpu_pipeline, cuda_forward
 }
 criterion_main!(benches);

@@ -37,8 +37,9 @@ pub struct ServiceConfig {
     pub sample_log_capacity: usize,
     /// Alloc/free events recorded for the snapshot (0: none), like `max_entries` in PyTorch.
     pub memory_history_entries: usize,
-    /// Read NVML every this many requests (a driver call; the other probes are read every time).
-    pub nvml_every: u64,
+    /// Read the slow probes (RSS, malloc heap, NVML) every this many requests; the allocators
+    /// and per-stage bytes are read on every request.
+    pub process_probe_every: u64,
     /// Memory the service may use (CPU allocator bytes, or CUDA allocated bytes on CUDA). A
     /// request whose estimated need does not fit is refused before anything is allocated; on
     /// CPU the budget is also a hard cap in the allocator, so an estimate that falls short ends
@@ -61,7 +62,7 @@ impl ServiceConfig {
             debug_endpoints: false,
             sample_log_capacity: 200_000,
             memory_history_entries: 0,
-            nvml_every: 10,
+            process_probe_every: 10,
             memory_budget_bytes: None,
             crash_after: None,
         }
@@ -162,7 +163,7 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
             ));
         }
     }
-    let (capacity, nvml_every, crash_after) = (app.config.sample_log_capacity, app.config.nvml_every.max(1), app.config.crash_after);
+    let (capacity, every, crash_after) = (app.config.sample_log_capacity, app.config.process_probe_every.max(1), app.config.crash_after);
     let (result, sample) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let result = worker.pipeline.infer(&batch);
@@ -171,7 +172,8 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
             std::process::abort();
         }
         let latency_us = started.elapsed().as_micros() as u64;
-        let sample = worker.pipeline.sample(latency_us, worker.pipeline.requests() % nvml_every == 0);
+        let full = worker.pipeline.requests() % every == 0;
+        let sample = worker.pipeline.sample(latency_us, full);
         if result.is_ok() && capacity > 0 {
             if worker.samples.len() == capacity {
                 worker.samples.pop_front();
@@ -189,7 +191,7 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
 
 async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     let sample = {
-        let worker = app.worker.lock().await;
+        let mut worker = app.worker.lock().await;
         worker.pipeline.sample(0, true)
     };
     app.metrics.record(&sample);
@@ -210,7 +212,8 @@ pub struct MemoryReport {
 }
 
 async fn memory(State(app): State<Arc<App>>) -> Json<MemoryReport> {
-    let worker = app.worker.lock().await;
+    let mut worker = app.worker.lock().await;
+    let sample = worker.pipeline.sample(0, true);
     let p = &worker.pipeline;
     Json(MemoryReport {
         variant: app.config.variant.to_string(),
@@ -220,7 +223,7 @@ async fn memory(State(app): State<Arc<App>>) -> Json<MemoryReport> {
         mean_output: p.mean_output(),
         cuda_devices: cuda::device_count(),
         nvml: p.probes().nvml_unavailable.clone(),
-        sample: p.sample(0, true),
+        sample,
     })
 }
 

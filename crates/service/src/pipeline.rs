@@ -130,6 +130,8 @@ pub struct Pipeline {
     cache: Option<FeatureCache>,
     probes: Probes,
     requests: u64,
+    /// The last full sample, whose process and NVML figures fast samples carry over.
+    last_full: MemorySample,
 }
 
 impl Pipeline {
@@ -148,6 +150,7 @@ impl Pipeline {
             stats: RunningMean::new(variant.graph()),
             history: variant.refs().map(|m| History::new(m, config.history_capacity)),
             cache: variant.cache().map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
+            last_full: probes.sample(false),
             probes,
             requests: 0,
         })
@@ -230,14 +233,21 @@ impl Pipeline {
         }
     }
 
-    /// Reads every probe plus the per-stage live bytes.
-    pub fn sample(&self, latency_us: u64, with_nvml: bool) -> RequestSample {
+    /// The per-stage live bytes and the allocators, read now; with `full`, also RSS, the malloc
+    /// heap and NVML (slow: read them every N requests), else those carried from the last full one.
+    pub fn sample(&mut self, latency_us: u64, full: bool) -> RequestSample {
         let by_context = cpu::live_by_context();
         let stage_live_bytes = Stage::ALL.map(|s| {
             let ctx = s.context();
             by_context.iter().find(|(c, _)| *c == ctx).map_or(0, |(_, b)| *b)
         });
-        RequestSample { request: self.requests, latency_us, stage_live_bytes, memory: self.probes.sample(with_nvml) }
+        let memory = if full {
+            self.last_full = self.probes.sample(true);
+            self.last_full.clone()
+        } else {
+            self.probes.sample_allocators(&self.last_full)
+        };
+        RequestSample { request: self.requests, latency_us, stage_live_bytes, memory }
     }
 }
 
