@@ -159,7 +159,7 @@ impl BenchReport {
     pub fn markdown(&self, command: &str) -> String {
         let mut md = String::from("# Benchmarks\n\n");
         md.push_str(&format!("Machine: {}. Torch threads: {}. Produced by `{command}` (figures from one run; compare as ratios, not absolutes).\n\n", self.machine, self.threads));
-        md.push_str("## What each fix costs or gains (criterion, CPU)\n\nEach cell: time of the fixed path ÷ time of the leaky one (below 1, the fix is also faster), then both times per call. Throughput in samples/s is batch ÷ time.\n\n| comparison | batch 8 | batch 64 |\n|---|---|---|\n");
+        md.push_str("## What each fix costs or gains (criterion, CPU)\n\nEach cell: time of the fixed path ÷ time of the leaky one (below 1, the fix is also faster), then both times per call. Throughput in samples/s is batch ÷ time. The criterion groups run libtorch on one thread: on a shared two-core machine, two OpenMP threads made the same forward vary by ±30 % from run to run, which drowned the differences being measured.\n\n| comparison | batch 8 | batch 64 |\n|---|---|---|\n");
         let row = |md: &mut String, label: &str, leaky: &str, fixed: &str| {
             md.push_str(&format!("| {label} | {} | {} |\n", self.time_ratio(&format!("{leaky}/8"), &format!("{fixed}/8")), self.time_ratio(&format!("{leaky}/64"), &format!("{fixed}/64"))));
         };

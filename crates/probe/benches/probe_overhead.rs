@@ -6,6 +6,7 @@ use tch::{nn, nn::Module, Device, Kind, Tensor};
 
 fn probe_overhead(c: &mut Criterion) {
     cpu::install().expect("counting allocator");
+    tch::set_num_threads(1); // as in the service's benches: stable ratios on a shared machine
     let probes = Probes::cpu();
     let vs = nn::VarStore::new(Device::Cpu);
     let model = nn::seq().add(nn::linear(vs.root(), 512, 2048, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs.root(), 2048, 512, Default::default()));

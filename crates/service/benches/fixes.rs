@@ -23,6 +23,9 @@ fn input(rows: i64) -> Tensor {
 
 fn cpu_forward(c: &mut Criterion) {
     leaklab_probe::cpu::install().unwrap();
+    // One intra-op thread: on a small shared machine, OpenMP threads competing for two cores
+    // made the same forward vary by ±30 % between runs; one thread keeps ratios comparable.
+    tch::set_num_threads(1);
     let model = Mlp::new(Scale::Default.config(), Device::Cpu);
     let mut group = c.benchmark_group("cpu_forward");
     for rows in BATCHES {
@@ -137,7 +140,7 @@ fn cuda_forward(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(20);
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4)).sample_size(30);
     targets = cpu_forward, cpu_telemetry, cpu_cache, cpu_pipeline, cuda_forward
 }
 criterion_main!(benches);
