@@ -52,9 +52,10 @@ struct BenchArgs {
     leak_requests: usize,
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
-    /// Torch threads, the same for both services (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Torch threads, the same for both services and for the criterion groups' raw forward, so
+    /// that "service / raw forward" and "Rust / Python" compare like with like.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
     #[arg(long)]
     python: Option<PathBuf>,
@@ -239,7 +240,7 @@ fn export_weights(out: &std::path::Path, scale: Scale) -> Result<()> {
 }
 
 fn bench(args: BenchArgs) -> Result<()> {
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.threads;
     let weights_dir = tempfile::tempdir()?;
     let weights = weights_dir.path().join("default.safetensors");
     export_weights(&weights, Scale::Default)?;
