@@ -166,7 +166,12 @@ fn promtool_rules() -> Result<()> {
         let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
         if root && Command::new("apt-get").arg("--version").output().is_ok() {
             eprintln!("leaklab: installing Debian's prometheus package for promtool");
-            let _ = Command::new("apt-get").args(["install", "-y", "-q", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive").status();
+            let install = || Command::new("apt-get").args(["install", "-y", "-q", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive").status().map(|s| s.success()).unwrap_or(false);
+            // A fresh machine may have no package lists yet.
+            if !install() {
+                let _ = Command::new("apt-get").args(["update", "-q"]).status();
+                install();
+            }
         }
     }
     if !has_promtool() {

@@ -136,9 +136,17 @@ impl ServiceProcess {
         }
     }
 
-    /// If the process has exited: its status and the last lines it wrote to stderr.
+    /// If the process has exited, or exits within a moment (a request can fail while a dying
+    /// process is still being torn down): its status and the last lines it wrote to stderr.
     fn exit_reason(&mut self) -> Option<String> {
-        let status = self.child.try_wait().ok().flatten()?;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        };
         let mut text = String::new();
         let _ = self.stderr.rewind();
         let _ = self.stderr.read_to_string(&mut text);

@@ -7,6 +7,7 @@
 // stage) it was born in, and links it into a list of live blocks, so a snapshot can list
 // every live block and frees can be attributed without a hash map.
 #include "probe.h"
+#include "util.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -42,12 +43,7 @@ int64_t now_us() {
   return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-void write_err(char* err, size_t errlen, const std::string& msg) {
-  if (err == nullptr || errlen == 0) return;
-  size_t n = msg.size() < errlen - 1 ? msg.size() : errlen - 1;
-  std::memcpy(err, msg.data(), n);
-  err[n] = '\0';
-}
+using leaklab::write_err;
 
 struct Counters {
   std::atomic<int64_t> live{0};

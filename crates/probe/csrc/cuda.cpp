@@ -5,6 +5,7 @@
 // c10::cuda::device_count() first: on a machine without a GPU it returns 0 without throwing,
 // and the call reports "CUDA not available" instead of touching the allocator.
 #include "probe.h"
+#include "util.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -16,12 +17,7 @@
 
 namespace {
 
-void write_err(char* err, size_t errlen, const std::string& msg) {
-  if (err == nullptr || errlen == 0) return;
-  size_t n = msg.size() < errlen - 1 ? msg.size() : errlen - 1;
-  std::memcpy(err, msg.data(), n);
-  err[n] = '\0';
-}
+using leaklab::write_err;
 
 bool require_cuda(char* err, size_t errlen) {
   if (c10::cuda::device_count() > 0) return true;

@@ -37,8 +37,10 @@ impl Stage {
         }
     }
 
+    /// The stage's memory context, interned once (this is on every request's path).
     pub fn context(self) -> MemoryContext {
-        MemoryContext::named(self.name())
+        static CONTEXTS: std::sync::OnceLock<[MemoryContext; 4]> = std::sync::OnceLock::new();
+        CONTEXTS.get_or_init(|| Stage::ALL.map(|s| MemoryContext::named(s.name())))[self as usize]
     }
 }
 
