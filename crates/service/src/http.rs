@@ -154,7 +154,8 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
     }
     let mut worker = app.worker.clone().lock_owned().await;
     if let Some(budget) = app.config.memory_budget_bytes {
-        let sample = worker.pipeline.probes().sample(false);
+        // Only the allocators matter here; the slow process probes stay off this path.
+        let sample = worker.pipeline.probes().sample_allocators(&leaklab_probe::MemorySample::default());
         let in_use = sample.cuda.map_or(sample.cpu.live_bytes, |c| c.allocated_bytes).max(0) as u64;
         if in_use + need > budget {
             return Err(ApiError::new(
