@@ -7,8 +7,14 @@ variants must keep about the same bytes per request as the Rust ones, on the pro
 
     python twin_service.py --variant refs-leaky --weights default.safetensors --port 8001
 
-The weights come from the Rust model (`leaklab export-weights`), so both compute one function.
-Each leaky line is marked LEAK(cause), its fixed twin FIX(cause), as in crates/service.
+The weights come from the Rust model (`leaklab-service export-weights`), so both compute one
+function. Each leaky line is marked LEAK(cause), its fixed twin FIX(cause), as in crates/service.
+
+Like a real service it exposes Prometheus metrics at /metrics (prometheus_client's process
+collector: process_resident_memory_bytes; on CUDA also torch.cuda.memory_allocated() and
+memory_reserved() as gauges), which is what `leaklab scan --metrics` reads from outside. With
+`--device cuda --record-memory-history N` it records the CUDA allocator's history and serves
+PyTorch's own snapshot pickle at /debug/memory/snapshot, for `leaklab snapshot explain`.
 """
 
 import argparse
@@ -20,9 +26,13 @@ import socket
 import threading
 import time
 
+import pickle
+
+import prometheus_client
 import torch
 import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Response
+from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
 from safetensors.torch import load_file
 
@@ -75,9 +85,9 @@ def build_model(weights_path):
 
 
 class Pipeline:
-    def __init__(self, variant, model, config, cache_bytes):
+    def __init__(self, variant, model, config, cache_bytes, device="cpu"):
         self.graph, self.refs, self.cache_mode = VARIANTS[variant]
-        self.model, self.config = model, config
+        self.model, self.config, self.device = model.to(device), config, device
         self.acc, self.total, self.count = None, 0.0, 0
         self.history = [] if self.refs == "leaky" else collections.deque(maxlen=1024)
         self.cache = {} if self.cache_mode == "leaky" else collections.OrderedDict()
@@ -90,7 +100,7 @@ class Pipeline:
             if self.cache_mode == "fixed":
                 self.cache.move_to_end(key)
             return self.cache[key], True
-        raw = torch.tensor(inputs, dtype=torch.float32)
+        raw = torch.tensor(inputs, dtype=torch.float32, device=self.device)
         x = (raw - raw.mean(-1, keepdim=True)) / (raw.std(-1, unbiased=False, keepdim=True) + 1e-6)
         if self.cache_mode == "leaky":
             self.cache[key] = x  # LEAK(cache): nothing ever leaves this dict
@@ -125,7 +135,7 @@ class Pipeline:
     def infer(self, inputs):
         x, cached = self.preprocess(inputs)
         y = self.forward(x)
-        outputs = y.detach().tolist()
+        outputs = y.detach().cpu().tolist()
         self.telemetry(y)
         self.requests += 1
         return outputs, cached
@@ -135,8 +145,27 @@ class InferRequest(BaseModel):
     inputs: list[list[float]]
 
 
-def make_app(pipeline, variant, sample_capacity=200_000):
+class TorchCudaCollector:
+    """torch.cuda.memory_allocated() and memory_reserved() as gauges, read at each scrape: what
+    a service that watches its GPU memory exports."""
+
+    def collect(self):
+        if not torch.cuda.is_available():
+            return
+        allocated = GaugeMetricFamily("torch_cuda_memory_allocated_bytes", "Bytes held by live CUDA tensors")
+        reserved = GaugeMetricFamily("torch_cuda_memory_reserved_bytes", "Bytes the CUDA caching allocator holds")
+        allocated.add_metric([], torch.cuda.memory_allocated())
+        reserved.add_metric([], torch.cuda.memory_reserved())
+        yield allocated
+        yield reserved
+
+
+def make_app(pipeline, variant, sample_capacity=200_000, debug=False):
     app = FastAPI()
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.ProcessCollector(registry=registry)
+    registry.register(TorchCudaCollector())
+    served = prometheus_client.Counter("twin_requests", "Requests served", registry=registry)
     lock = threading.Lock()
     samples = collections.deque(maxlen=sample_capacity)
     features = pipeline.config["input"]
@@ -152,12 +181,27 @@ def make_app(pipeline, variant, sample_capacity=200_000):
             # The same JSON as the Rust service's RequestSample; the allocator fields are 0
             # because PyTorch exposes no CPU allocator statistics: compare on heap_bytes.
             samples.append({
-                "request": pipeline.requests, "latency_us": latency_us, "stage_live_bytes": [0, 0, 0, 0],
+                "request": pipeline.requests, "latency_us": latency_us,
+                "stage_live_bytes": {"preprocess": 0, "forward": 0, "postprocess": 0, "telemetry": 0},
                 "memory": {"cpu": {"live_bytes": 0, "peak_bytes": 0, "live_blocks": 0, "alloc_count": 0, "free_count": 0,
                                    "alloc_bytes_total": 0},
                            "rss_bytes": rss_bytes(), "heap_bytes": heap_bytes(), "cuda": None, "nvml": None},
             })
+            served.inc()
             return {"request": pipeline.requests, "variant": variant, "cached": cached, "outputs": outputs}
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(prometheus_client.generate_latest(registry), media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/memory/snapshot")
+    def snapshot():
+        if not debug:
+            raise HTTPException(status_code=404, detail="start the twin with --record-memory-history N to record a snapshot")
+        with lock:
+            # PyTorch's own snapshot, pickled as torch.cuda.memory._dump_snapshot writes it.
+            data = pickle.dumps(torch.cuda.memory._snapshot())
+        return Response(data, media_type="application/octet-stream")
 
     @app.get("/debug/memory/samples")
     def debug_samples(since: int = 0):
@@ -179,12 +223,21 @@ def main():
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--cache-bytes", type=int, default=None)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--record-memory-history", type=int, default=0, metavar="N",
+                        help="on CUDA: record the allocator's last N events with Python stacks for /debug/memory/snapshot")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("CUDA not available: no CUDA device is visible to this process")
+    if args.record_memory_history:
+        if args.device != "cuda":
+            parser.error("--record-memory-history records the CUDA allocator: use it with --device cuda")
+        torch.cuda.memory._record_memory_history(max_entries=args.record_memory_history, stacks="python")
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model, config = build_model(args.weights)
     cache_bytes = args.cache_bytes or 32 * 4 * config["batch"] * config["input"]
-    app = make_app(Pipeline(args.variant, model, config, cache_bytes), args.variant)
+    app = make_app(Pipeline(args.variant, model, config, cache_bytes, args.device), args.variant, debug=args.record_memory_history > 0)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

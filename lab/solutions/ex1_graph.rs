@@ -25,7 +25,7 @@ impl Exercise for Service {
         Vec::<f32>::try_from(y.flatten(0, -1)).expect("f32 output")
     }
 
-    fn mean_output(&self) -> f64 {
+    fn statistic(&self) -> f64 {
         self.total / self.count.max(1) as f64
     }
 }

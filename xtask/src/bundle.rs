@@ -2,40 +2,48 @@
 //! 64 MiB that runs on a Linux x86-64 host whose python3 has torch 2.11.0 (a GPU host with
 //! PyTorch 2.11.0+cu130, say), with no Rust toolchain and no network there.
 //!
-//! The bundle holds `bin/leaklab` (the lab and the service), `bin/gpu-tests` (the CUDA test
-//! binary, built with the `gpu-tests` feature), `run.sh` (finds torch's lib dir through the
-//! host's python and sets the loader path) and `gpu-check.sh` (the one prepared script for a
-//! lent GPU machine). `--smoke` then runs the bundle here on CPU against the venv's torch.
+//! The bundle holds `bin/leaklab` (the lab and the instrument), `bin/leaklab-service` (the
+//! service), `bin/gpu-tests` (the CUDA test binary, built with the `gpu-tests` feature),
+//! `run.sh` (finds torch's lib dir through the host's python and sets the loader path) and
+//! `gpu-check.sh` (the one prepared script for a lent GPU machine). `--smoke` then runs the
+//! bundle here on CPU against the venv's torch.
 
-use crate::torch::{self, workspace_root, Torch};
+use crate::process::run as run_cmd;
+use crate::provision::{workspace_root, Torch};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const LIMIT_BYTES: u64 = 64 << 20;
 
-pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
-    let mut out = workspace_root().join("target/device-bundle");
-    let mut smoke = false;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--out" => out = PathBuf::from(it.next().context("--out needs a folder")?),
-            "--smoke" => smoke = true,
-            other => bail!("unknown argument `{other}` (use --out DIR, --smoke)"),
-        }
-    }
+#[derive(clap::Args)]
+pub struct BundleArgs {
+    /// The bundle's folder.
+    #[arg(long, default_value = "target/device-bundle")]
+    out: PathBuf,
+    /// Then run the bundle here, on CPU, against the provisioned torch.
+    #[arg(long)]
+    smoke: bool,
+}
+
+pub fn run(torch: &Torch, args: &BundleArgs) -> Result<()> {
+    let out = workspace_root().join(&args.out);
     build(torch, &out)?;
-    if smoke {
+    if args.smoke {
         smoke_test(torch, &out)?;
     }
     Ok(())
 }
 
+/// What `cargo xtask test` does with the bundle: build it at its default place and run it.
+pub fn build_and_smoke(torch: &Torch) -> Result<()> {
+    run(torch, &BundleArgs { out: "target/device-bundle".into(), smoke: true })
+}
+
 fn build(torch: &Torch, out: &Path) -> Result<()> {
     let mut cargo = torch.cargo();
-    cargo.args(["build", "--release", "--package", "leaklab"]);
-    torch::run(cargo)?;
+    cargo.args(["build", "--release", "--package", "leaklab", "--package", "leaklab-service"]);
+    run_cmd(cargo)?;
     // The GPU tests as a test binary: cargo prints its path in JSON messages.
     let mut tests = torch.cargo();
     tests.args(["test", "--release", "--package", "leaklab-service", "--features", "gpu-tests", "--test", "gpu", "--no-run", "--message-format", "json"]);
@@ -54,6 +62,7 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(out.join("bin"))?;
     copy_stripped(&workspace_root().join("target/release/leaklab"), &out.join("bin/leaklab"))?;
+    copy_stripped(&workspace_root().join("target/release/leaklab-service"), &out.join("bin/leaklab-service"))?;
     copy_stripped(&gpu_tests, &out.join("bin/gpu-tests"))?;
     write_script(&out.join("run.sh"), RUN_SH)?;
     write_script(&out.join("gpu-check.sh"), GPU_CHECK_SH)?;
@@ -112,7 +121,7 @@ fn smoke_test(torch: &Torch, out: &Path) -> Result<()> {
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs a leaklab binary of this bundle against the torch 2.11.0 of this host's python.
-# Usage: ./run.sh run-lab --device cuda ...   |   ./run.sh serve ...   |   BIN=gpu-tests ./run.sh
+# Usage: ./run.sh run-lab --device cuda ...   |   BIN=leaklab-service ./run.sh serve ...   |   BIN=gpu-tests ./run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${LEAKLAB_PYTHON:-python3}"
@@ -142,4 +151,5 @@ Needs: Linux x86-64, a python3 with torch 2.11.0 (LEAKLAB_PYTHON to pick one), a
   ./run.sh run-lab --device cuda          # the lab on CUDA\n\
   ./run.sh run-lab --device cuda --scale seed\n\
   BIN=gpu-tests ./run.sh --test-threads=1 # the CUDA leak tests\n\
+  BIN=leaklab-service ./run.sh serve --variant seed --device cuda\n\
   ./gpu-check.sh                          # all of the above, figures under ./gpu-out\n";

@@ -1,14 +1,21 @@
 //! `cargo xtask`: the one entry point of leaklab.
 //!
 //! The xtask builds without libtorch, because provisioning libtorch is its first job: every
-//! task below first makes sure a usable torch 2.11.0 exists ([`torch::Torch::ensure`]) and then
-//! runs cargo with that libtorch wired in. The work itself lives in the library crates and the
-//! `leaklab` binary (crates/cli); the xtask stays a thin driver.
+//! task below first makes sure a usable torch 2.11.0 exists ([`provision::Torch::ensure`]) and
+//! then runs cargo with that libtorch wired in. The work itself lives in the library crates and
+//! the `leaklab` / `leaklab-service` binaries; the xtask stays a thin driver, one module a task.
 
+mod apt;
+mod bench;
 mod bundle;
 mod lab;
+mod process;
+mod provision;
+mod run_lab;
+mod serve;
+mod soak;
+mod test;
 mod tidy;
-mod torch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -36,12 +43,12 @@ enum Task {
     /// Workshop exercises: `lab list`, `lab check N`, `lab reset N`.
     Lab(Passthrough),
     /// Build release binaries and a launcher into a folder that runs on a torch 2.11.0 host.
-    DeviceBundle(Passthrough),
+    DeviceBundle(bundle::BundleArgs),
     /// Print where libtorch comes from and the environment every cargo command gets.
     Env,
 }
 
-/// Arguments handed on unchanged to the `leaklab` binary or to cargo.
+/// Arguments handed on unchanged to a leaklab binary or to cargo, which parse them.
 #[derive(clap::Args)]
 struct Passthrough {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -50,24 +57,15 @@ struct Passthrough {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let torch = torch::Torch::ensure()?;
+    let torch = provision::Torch::ensure()?;
     match cli.task {
-        Task::RunLab(p) => torch.leaklab(&["run-lab"], &p.args),
-        Task::Serve(p) => torch.leaklab(&["serve"], &p.args),
-        Task::Soak(p) => {
-            torch.leaklab(&["soak"], &p.args)?;
-            if !p.args.iter().any(|a| a == "--short") {
-                // The full mode also throws 10,000 generated bad requests at the service.
-                let mut fuzz = torch.cargo();
-                fuzz.env("LEAKLAB_FUZZ_CASES", "10000").args(["test", "--release", "--package", "leaklab-service", "--test", "fuzz", "--", "--nocapture"]);
-                torch::run(fuzz)?;
-            }
-            Ok(())
-        }
-        Task::Test(p) => torch.test(&p.args),
-        Task::Bench(p) => torch.bench(&p.args),
+        Task::RunLab(p) => run_lab::run(&torch, &p.args),
+        Task::Test(p) => test::run_all(&torch, &p.args),
+        Task::Serve(p) => serve::run(&torch, &p.args),
+        Task::Soak(p) => soak::run_all(&torch, &p.args),
+        Task::Bench(p) => bench::run_all(&torch, &p.args),
         Task::Lab(p) => lab::run(&torch, &p.args),
-        Task::DeviceBundle(p) => bundle::run(&torch, &p.args),
+        Task::DeviceBundle(args) => bundle::run(&torch, &args),
         Task::Env => {
             torch.describe();
             Ok(())

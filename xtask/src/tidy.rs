@@ -1,10 +1,11 @@
 //! House rules, checked as a test (rust-analyzer's `tidy`): every source file opens with a `//!`
-//! doc, no test carries an ignore attribute, no trailing whitespace, every deliberate leak has its fix in the
-//! same file, and the code map names every crate.
+//! doc, no test carries an ignore attribute, no trailing whitespace, every deliberate leak has
+//! its fix in the same file, the code map names every crate, and the layering holds: the
+//! libtorch-free side has no `torch-sys` anywhere in its dependency tree.
 
 #[cfg(test)]
 mod tests {
-    use crate::torch::workspace_root;
+    use crate::provision::workspace_root;
     use std::path::{Path, PathBuf};
 
     fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -72,6 +73,56 @@ mod tests {
         for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             assert!(map.contains(&format!("crates/{name}")), "docs/architecture.md does not mention crates/{name}");
+        }
+    }
+
+    /// The libtorch-free side: what installs without a torch install. Every crate is on one
+    /// side or the other, so a new crate has to be placed.
+    const LIBTORCH_FREE: [&str; 6] = ["leaklab-vocab", "leaklab-detect", "leaklab-runner", "leaklab-snapshot", "leaklab-scan", "leaklab"];
+    const TORCH_SIDE: [&str; 5] = ["leaklab-probe", "leaklab-model", "leaklab-service", "leaklab-exercises", "xtask"];
+
+    fn package_names() -> Vec<String> {
+        let root = workspace_root();
+        let mut names = Vec::new();
+        for dir in ["crates", "lab", "."] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                let manifest = if dir == "." { root.join("xtask/Cargo.toml") } else { entry.path().join("Cargo.toml") };
+                if let Ok(text) = std::fs::read_to_string(&manifest) {
+                    if let Some(name) = text.lines().find_map(|l| l.strip_prefix("name = \"").and_then(|r| r.strip_suffix('"'))) {
+                        names.push(name.to_string());
+                    }
+                }
+                if dir == "." {
+                    break;
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_crate_is_placed_on_one_side_of_the_libtorch_line() {
+        for name in package_names() {
+            assert!(LIBTORCH_FREE.contains(&name.as_str()) ^ TORCH_SIDE.contains(&name.as_str()), "{name}: add it to LIBTORCH_FREE or TORCH_SIDE in xtask/src/tidy.rs");
+        }
+    }
+
+    #[test]
+    fn the_libtorch_free_side_has_no_torch_sys_in_its_tree() {
+        // The resolved graph, as cargo metadata has it: normal and build dependencies (what a
+        // `cargo install` builds), not dev-dependencies.
+        for name in LIBTORCH_FREE {
+            let out = std::process::Command::new(env!("CARGO"))
+                .current_dir(workspace_root())
+                .args(["tree", "--offline", "--package", name, "--edges", "normal,build", "--prefix", "none", "--format", "{p}"])
+                .output()
+                .expect("cargo tree runs");
+            let tree = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success() && tree.contains(name), "cargo tree -p {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+            let torch: Vec<&str> = tree.lines().filter(|l| l.starts_with("torch-sys ") || l.starts_with("tch ") || l.starts_with("leaklab-probe ")).collect();
+            assert!(torch.is_empty(), "{name} depends on libtorch through {torch:?}");
         }
     }
 }

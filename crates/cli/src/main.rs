@@ -1,16 +1,18 @@
-//! The `leaklab` binary: thin over the library crates.
+//! `leaklab`: thin over the library crates, and free of libtorch. Each subcommand is its flags
+//! and one library call; the exit code carries the answer (0 as expected / pass, 1 a problem
+//! found, 2 could not judge or bad usage).
 //!
-//! - `leaklab serve --variant refs-leaky`: the inference service for one variant.
-//! - `leaklab run-lab`: every variant run as a `serve` process of this same binary, judged and
-//!   written up (what `cargo xtask run-lab` calls).
+//! - `leaklab run-lab`: every variant run as a `leaklab-service` process, judged, written up.
+//! - `leaklab soak`, `leaklab bench`: sustained load, and the HTTP side of the benchmarks.
+//! - `leaklab snapshot explain|diff`: which lines hold the memory, from PyTorch's snapshot pickles.
+//! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service.
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use leaklab_lab::RunOptions;
-use leaklab_model::Scale;
-use leaklab_service::{DeviceChoice, PipelineConfig, ServiceConfig, Variant};
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use leaklab_runner::commands::{self, BenchCommand, LabCommand, SoakCommand};
+use leaklab_vocab::{Scale, Variant};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(name = "leaklab", version, about = "Reproduce, detect, explain and fix the memory leaks of PyTorch inference services")]
@@ -21,50 +23,251 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve one variant over HTTP.
-    Serve(ServeArgs),
-    /// Run every variant under load, judge it and write the report.
+    /// Run every variant of the lab's service under load, judge it and write the report.
     RunLab(RunLabArgs),
     /// Sustained load against the fixed variants and the baseline.
     Soak(SoakArgs),
     /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
     Bench(BenchArgs),
-    /// Write the model's weights as safetensors (plus its shapes as JSON), for the Python twin.
-    ExportWeights(ExportArgs),
+    /// Drive load at a running HTTP service and judge its memory from outside: leak, plateau or
+    /// flat, how fast, which memory, and when it runs out. Exit 0 pass, 1 fail, 2 cannot judge.
+    Scan(Box<ScanArgs>),
+    /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Live memory grouped by allocating stack, largest first; with --since, what was
+    /// allocated after that point and never freed; and reserved-but-unallocated per segment.
+    Explain {
+        /// A pickle from torch.cuda.memory._dump_snapshot() or a leaklab service.
+        file: PathBuf,
+        /// Only the trace after this point: an event index (1200) or seconds after the first event (12.5s).
+        #[arg(long)]
+        since: Option<leaklab_snapshot::Since>,
+        #[command(flatten)]
+        view: SnapshotView,
+    },
+    /// Blocks live in AFTER and not in BEFORE, grouped by allocating stack.
+    Diff {
+        before: PathBuf,
+        after: PathBuf,
+        /// The request counts at the two snapshots, for bytes per request: `--requests 100,600`.
+        #[arg(long, value_parser = parse_pair)]
+        requests: Option<(u64, u64)>,
+        #[command(flatten)]
+        view: SnapshotView,
+    },
 }
 
 #[derive(Args)]
-struct ExportArgs {
-    #[arg(long, default_value = "default", value_parser = parse_scale)]
-    scale: Scale,
-    /// Output file, ending in .safetensors; the shapes go to <file>.json.
+struct SnapshotView {
+    /// Keep torch internals and the standard library in the stacks.
     #[arg(long)]
-    out: PathBuf,
+    all_frames: bool,
+    /// Print each holder's whole stack, not just its first frame in your code.
+    #[arg(long)]
+    stacks: bool,
+    /// Holders to show.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print JSON (stable field names) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
-struct BenchArgs {
-    /// Requests for each throughput run (Rust, then Python).
-    #[arg(long, default_value_t = 2000)]
+struct ScanArgs {
+    /// The endpoint to drive, e.g. http://127.0.0.1:8000/v1/infer.
+    url: String,
+    /// Request body: a file, a folder of files (cycled), or - for stdin (repeat the flag to cycle several).
+    #[arg(long = "body")]
+    bodies: Vec<String>,
+    #[arg(long, default_value = "POST")]
+    method: reqwest::Method,
+    /// A header, `Name: value` (repeat).
+    #[arg(long = "header", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+    /// Nudge every number in the JSON body per request (caches leak on new inputs only), seeded.
+    #[arg(long, num_args = 0..=1, default_missing_value = "1")]
+    vary: Option<u64>,
+    /// Requests judged, after the warm-up.
+    #[arg(long, default_value_t = 600)]
     requests: usize,
-    /// Requests for each leak cross-check run.
-    #[arg(long, default_value_t = 150)]
-    leak_requests: usize,
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Torch threads, the same for both services and for the criterion groups' raw forward, so
-    /// that "service / raw forward" and "Rust / Python" compare like with like.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
+    /// Requests first, not judged (start-up, caches warming).
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Keep sending, half the requests at a time, until the verdict cannot change, up to --max-requests.
     #[arg(long)]
-    python: Option<PathBuf>,
-    #[arg(long, default_value = "lab/python/twin_service.py")]
-    script: PathBuf,
-    #[arg(long, default_value = "target/criterion")]
-    criterion_dir: PathBuf,
-    #[arg(long, default_value = "docs/benchmarks.md")]
+    until_confident: bool,
+    #[arg(long, default_value_t = 5000)]
+    max_requests: usize,
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// A request's longest wait, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+    /// The whole scan's longest run, e.g. 10m; what was measured is kept.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    time_limit: std::time::Duration,
+    /// Stop when more than this share of the answers are errors.
+    #[arg(long, default_value_t = 0.5)]
+    max_error_ratio: f64,
+    /// Watch this process and its children (RSS, anonymous memory).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Watch this cgroup folder (v1 or v2 memory controller), e.g. /sys/fs/cgroup/memory/mysvc.
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+    /// Watch the GPU memory of --pid through NVML.
+    #[arg(long)]
+    gpu: bool,
+    /// Scrape this Prometheus endpoint after each request...
+    #[arg(long)]
+    metrics: Option<String>,
+    /// ...for these series (repeat), e.g. process_resident_memory_bytes.
+    #[arg(long = "series")]
+    series: Vec<String>,
+    /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the machine's memory).
+    #[arg(long)]
+    capacity: Option<bytesize::ByteSize>,
+    /// Requests per second in production (default: the reference scenario's one every 32 s).
+    #[arg(long, default_value_t = 1.0 / 32.0)]
+    rate: f64,
+    /// Fail when memory runs out sooner than this at --rate, e.g. 7d.
+    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    fail_if_oom_within: std::time::Duration,
+    /// Report folder (report.md, report.json, plots).
+    #[arg(long, default_value = "target/leaklab/scan")]
     out: PathBuf,
+    /// Print the report as JSON and nothing else.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("`{s}`: a header is `Name: value`"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
+    use leaklab_scan::signals::Signal;
+    let mut signals = Vec::new();
+    if let Some(pid) = a.pid {
+        signals.push(Signal::Process { pid });
+        if a.gpu {
+            signals.push(Signal::gpu(pid)?);
+        }
+    } else if a.gpu {
+        anyhow::bail!("--gpu watches a process: give its --pid too");
+    }
+    if let Some(dir) = &a.cgroup {
+        signals.push(Signal::cgroup(dir)?);
+    }
+    match (&a.metrics, a.series.is_empty()) {
+        (Some(url), false) => signals.push(Signal::Metrics { url: url.clone(), series: a.series.clone(), client: reqwest::Client::builder().timeout(a.timeout).build()? }),
+        (Some(_), true) => anyhow::bail!("--metrics needs the series to read: --series process_resident_memory_bytes (repeat for more)"),
+        (None, false) => anyhow::bail!("--series reads from a metrics endpoint: give --metrics URL too"),
+        (None, true) => {}
+    }
+    let options = leaklab_scan::ScanOptions {
+        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url, method: a.method, headers: a.headers, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
+        warmup: a.warmup,
+        requests: a.requests,
+        max_requests: a.max_requests.max(a.warmup + a.requests),
+        until_confident: a.until_confident,
+        concurrency: a.concurrency,
+        request_timeout: a.timeout,
+        time_limit: a.time_limit,
+        max_error_ratio: a.max_error_ratio,
+        signals,
+        capacity: a.capacity.map(|c| c.as_u64()),
+        budget: leaklab_scan::verdict::Budget { requests_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
+        quiet: a.json,
+    };
+    let report = leaklab_runner::commands::runtime()?.block_on(leaklab_scan::scan(&options))?;
+    // The partial report is kept even when the scan stopped early; a write failure is said after it.
+    let written = report.write(&a.out);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+        println!("
+report: {}/report.md", a.out.display());
+    }
+    written.map_err(|e| e.context(format!("cannot write the report to {}", a.out.display())))?;
+    Ok(report.outcome)
+}
+
+fn parse_pair(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once(',').ok_or_else(|| format!("`{s}`: give two request counts, e.g. 100,600"))?;
+    let parse = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("`{t}` is not a request count"));
+    Ok((parse(a)?, parse(b)?))
+}
+
+fn snapshot(cmd: SnapshotCommand) -> Result<bool> {
+    match cmd {
+        SnapshotCommand::Explain { file, since, view } => {
+            let snap = leaklab_snapshot::load(&file)?;
+            let e = leaklab_snapshot::explain(&snap, leaklab_snapshot::View { all_frames: view.all_frames }, since);
+            if view.json {
+                println!("{}", serde_json::to_string_pretty(&e)?);
+            } else {
+                print!("{}", leaklab_snapshot::render::explanation_text(&e, view.top, view.stacks));
+            }
+        }
+        SnapshotCommand::Diff { before, after, requests, view } => {
+            let (b, a) = (leaklab_snapshot::load(&before)?, leaklab_snapshot::load(&after)?);
+            let d = leaklab_snapshot::diff(&b, &a, leaklab_snapshot::View { all_frames: view.all_frames }, requests);
+            if view.json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", leaklab_snapshot::render::difference_text(&d, view.top, view.stacks));
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Where the lab's service binary is (default: beside this one, or $LEAKLAB_SERVICE).
+#[derive(Args)]
+struct ServiceArg {
+    #[arg(long = "service")]
+    path: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct RunLabArgs {
+    /// Variants to run (repeat the flag); all eight when absent.
+    #[arg(long = "variant")]
+    variants: Vec<Variant>,
+    /// Measured requests per variant (default: 200, or 30 at the seed scale).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Warm-up requests per variant, not judged (default: 20, or 5 at the seed scale).
+    #[arg(long)]
+    warmup: Option<usize>,
+    #[arg(long, default_value_t = 2)]
+    concurrency: usize,
+    /// default (CPU-sized) or seed (the reference scenario).
+    #[arg(long, default_value = "default")]
+    scale: Scale,
+    /// cpu, cuda, or auto (CUDA when a device is visible).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Report folder.
+    #[arg(long, default_value = "target/leaklab")]
+    out: PathBuf,
+    /// Print the report as JSON and nothing else.
+    #[arg(long)]
+    json: bool,
+    /// Alloc/free events each service records for its memory_viz snapshot.
+    #[arg(long, default_value_t = 20_000)]
+    memory_history: usize,
+    #[command(flatten)]
+    service: ServiceArg,
 }
 
 #[derive(Args)]
@@ -79,277 +282,100 @@ struct SoakArgs {
     #[arg(long)]
     concurrency: Option<usize>,
     /// Variants (repeat); the fixed ones and baseline when absent.
-    #[arg(long = "variant", value_parser = parse_variant)]
+    #[arg(long = "variant")]
     variants: Vec<Variant>,
     #[arg(long, default_value = "target/leaklab/soak")]
     out: PathBuf,
     /// Print the results as JSON and nothing else.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum DeviceArg {
-    Cpu,
-    Cuda,
-    /// CUDA when a device is visible, else CPU.
-    Auto,
-}
-
-impl DeviceArg {
-    fn resolve(self) -> Result<DeviceChoice> {
-        let available = leaklab_probe::cuda::is_available();
-        match self {
-            DeviceArg::Cpu => Ok(DeviceChoice::Cpu),
-            DeviceArg::Auto => Ok(if available { DeviceChoice::Cuda } else { DeviceChoice::Cpu }),
-            DeviceArg::Cuda if available => Ok(DeviceChoice::Cuda),
-            DeviceArg::Cuda => bail!("CUDA not available: no CUDA device is visible to this process (use --device cpu or auto)"),
-        }
-    }
-}
-
-fn parse_scale(s: &str) -> Result<Scale, String> {
-    s.parse()
-}
-
-fn parse_variant(s: &str) -> Result<Variant, String> {
-    s.parse()
+    #[command(flatten)]
+    service: ServiceArg,
 }
 
 #[derive(Args)]
-struct ServeArgs {
-    /// graph-leaky, graph-fixed, refs-leaky, refs-fixed, cache-leaky, cache-fixed, baseline or seed.
-    #[arg(long, value_parser = parse_variant)]
-    variant: Variant,
-    /// default (CPU-sized) or seed (the reference scenario, about 50 MB per leaky request).
-    #[arg(long, default_value = "default", value_parser = parse_scale)]
-    scale: Scale,
-    #[arg(long, value_enum, default_value = "cpu")]
-    device: DeviceArg,
-    /// Address to bind; loopback unless you mean to expose it.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: std::net::IpAddr,
-    /// Port to bind; 0 picks a free one (the chosen address is printed).
-    #[arg(long, default_value_t = 8000)]
-    port: u16,
-    /// Serve /debug/memory/samples and /debug/memory/snapshot.
+struct BenchArgs {
+    /// Requests for each throughput run (Rust, then Python).
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Requests for each leak cross-check run.
+    #[arg(long, default_value_t = 150)]
+    leak_requests: usize,
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Torch threads, the same for both services and for the criterion groups' raw forward.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
     #[arg(long)]
-    debug_endpoints: bool,
-    /// Alloc/free events to record for the snapshot (with --debug-endpoints).
-    #[arg(long, default_value_t = 0)]
-    memory_history: usize,
-    /// Most rows per request.
-    #[arg(long, default_value_t = 1024)]
-    max_batch: usize,
-    /// Byte bound of the fixed feature cache (default: 32 batches' worth).
-    #[arg(long)]
-    cache_bytes: Option<usize>,
-    /// Torch intra-op threads (default: libtorch's choice, one per core).
-    #[arg(long)]
-    threads: Option<i32>,
-    /// Seconds before a request is answered 408.
-    #[arg(long, default_value_t = 30)]
-    timeout_secs: u64,
-    /// Memory budget in bytes: requests that would not fit are refused (413/503) before allocating.
-    #[arg(long)]
-    memory_budget: Option<u64>,
+    python: Option<PathBuf>,
+    #[arg(long, default_value = "lab/python/twin_service.py")]
+    script: PathBuf,
+    #[arg(long, default_value = "target/criterion")]
+    criterion_dir: PathBuf,
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
+    #[command(flatten)]
+    service: ServiceArg,
 }
 
-impl ServeArgs {
-    fn config(&self) -> Result<ServiceConfig> {
-        let device = self.device.resolve()?;
-        let model = self.scale.config();
-        let mut pipeline = PipelineConfig::new(model, device);
-        pipeline.cache_capacity_bytes = self.cache_bytes.unwrap_or(32 * model.input_bytes(self.scale.batch()) as usize);
-        let mut config = ServiceConfig::new(self.variant, pipeline);
-        config.max_batch = self.max_batch;
-        config.body_limit_bytes = config.body_limit_bytes.max(self.max_batch * model.input as usize * 24);
-        config.debug_endpoints = self.debug_endpoints;
-        config.memory_history_entries = self.memory_history;
-        config.request_timeout = Duration::from_secs(self.timeout_secs);
-        config.memory_budget_bytes = self.memory_budget;
-        // Fault injection for the lab's tests: `LEAKLAB_CRASH_AFTER=refs-leaky:15`.
-        if let Ok(spec) = std::env::var("LEAKLAB_CRASH_AFTER") {
-            if let Some((variant, n)) = spec.split_once(':') {
-                if variant == self.variant.name() {
-                    config.crash_after = Some(n.parse().context("LEAKLAB_CRASH_AFTER=<variant>:<requests>")?);
+fn main() -> ExitCode {
+    let outcome = match Cli::parse().command {
+        Command::RunLab(a) => commands::run_lab(LabCommand {
+            service: a.service.path,
+            variants: a.variants,
+            requests: a.requests,
+            warmup: a.warmup,
+            concurrency: a.concurrency,
+            scale: a.scale,
+            device: a.device,
+            out: a.out,
+            json: a.json,
+            memory_history: a.memory_history,
+        }),
+        Command::Soak(a) => commands::soak(SoakCommand {
+            service: a.service.path,
+            short: a.short,
+            requests: a.requests,
+            concurrency: a.concurrency,
+            variants: a.variants,
+            out: a.out,
+            json: a.json,
+        }),
+        Command::Bench(a) => commands::bench(BenchCommand {
+            service: a.service.path,
+            requests: a.requests,
+            leak_requests: a.leak_requests,
+            concurrency: a.concurrency,
+            threads: a.threads,
+            python: a.python,
+            script: a.script,
+            criterion_dir: a.criterion_dir,
+            out: a.out,
+        })
+        .map(|()| true),
+        Command::Snapshot(cmd) => snapshot(cmd),
+        Command::Scan(a) => {
+            return match scan(*a) {
+                Ok(outcome) => ExitCode::from(outcome.exit_code()),
+                Err(e) => {
+                    eprintln!("leaklab scan: {e:#}");
+                    ExitCode::from(2)
                 }
             }
         }
-        Ok(config)
-    }
+    };
+    exit(outcome)
 }
 
-#[derive(Args)]
-struct RunLabArgs {
-    /// Variants to run (repeat the flag); all eight when absent.
-    #[arg(long = "variant", value_parser = parse_variant)]
-    variants: Vec<Variant>,
-    /// Measured requests per variant (default: 200, or 30 at the seed scale).
-    #[arg(long)]
-    requests: Option<usize>,
-    /// Warm-up requests per variant, not judged (default: 20, or 5 at the seed scale).
-    #[arg(long)]
-    warmup: Option<usize>,
-    #[arg(long, default_value_t = 2)]
-    concurrency: usize,
-    #[arg(long, default_value = "default", value_parser = parse_scale)]
-    scale: Scale,
-    #[arg(long, value_enum, default_value = "auto")]
-    device: DeviceArg,
-    /// Report folder.
-    #[arg(long, default_value = "target/leaklab")]
-    out: PathBuf,
-    /// Print the report as JSON and nothing else.
-    #[arg(long)]
-    json: bool,
-    /// Alloc/free events each service records for its memory_viz snapshot.
-    #[arg(long, default_value_t = 20_000)]
-    memory_history: usize,
-}
-
-fn main() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Serve(args) => {
-            if let Some(n) = args.threads {
-                tch::set_num_threads(n);
-            }
-            let config = args.config()?;
-            let addr = std::net::SocketAddr::new(args.host, args.port);
-            runtime()?.block_on(leaklab_service::serve(config, addr))
+/// 0: as expected; 1: a problem found (an unexpected verdict, a leak); 2: could not judge.
+fn exit(outcome: Result<bool>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("leaklab: {e:#}");
+            ExitCode::from(2)
         }
-        Command::RunLab(args) => run_lab(args),
-        Command::Soak(args) => soak(args),
-        Command::Bench(args) => bench(args),
-        Command::ExportWeights(args) => export_weights(&args.out, args.scale),
     }
-}
-
-fn export_weights(out: &std::path::Path, scale: Scale) -> Result<()> {
-    let config = scale.config();
-    let model = leaklab_model::Mlp::new(config, tch::Device::Cpu);
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    model.save_safetensors(out).with_context(|| format!("cannot write {}", out.display()))?;
-    let mut shapes = serde_json::to_value(config)?;
-    shapes["batch"] = scale.batch().into();
-    std::fs::write(format!("{}.json", out.display()), serde_json::to_vec_pretty(&shapes)?)?;
-    Ok(())
-}
-
-fn bench(args: BenchArgs) -> Result<()> {
-    let threads = args.threads;
-    let weights_dir = tempfile::tempdir()?;
-    let weights = weights_dir.path().join("default.safetensors");
-    export_weights(&weights, Scale::Default)?;
-    let python = args.python.or_else(|| std::env::var_os("LEAKLAB_PYTHON").map(PathBuf::from)).unwrap_or_else(|| "python3".into());
-    let rust = RunOptions {
-        exe: std::env::current_exe()?,
-        scale: Scale::Default,
-        device: "cpu".into(),
-        warmup: 20,
-        requests: args.requests,
-        concurrency: args.concurrency,
-        memory_history_entries: 0,
-        start_timeout: Duration::from_secs(180),
-        twin: None,
-        threads: Some(threads),
-    };
-    let options = leaklab_lab::bench::BenchOptions {
-        rust,
-        twin: leaklab_lab::PythonTwin { python, script: args.script, weights, threads },
-        criterion_dir: args.criterion_dir,
-        leak_requests: args.leak_requests,
-    };
-    eprintln!("leaklab bench: Rust and Python services, {} requests each at concurrency {}, {threads} torch threads", args.requests, args.concurrency);
-    let report = runtime()?.block_on(leaklab_lab::bench::bench(&options));
-    let command = "cargo xtask bench";
-    report.write(&args.out, command)?;
-    print!("{}", report.markdown(command));
-    if !report.failures.is_empty() {
-        bail!("{} runs failed: {}", report.failures.len(), report.failures.join("; "));
-    }
-    Ok(())
-}
-
-fn soak(args: SoakArgs) -> Result<()> {
-    let requests = args.requests.unwrap_or(if args.short { 600 } else { 100_000 });
-    let options = RunOptions {
-        exe: std::env::current_exe()?,
-        scale: Scale::Default,
-        device: "cpu".into(),
-        // The fixed cache (32 batches) is full well inside the warm-up.
-        warmup: (requests / 10).clamp(50, 2000),
-        requests,
-        concurrency: args.concurrency.unwrap_or(if args.short { 8 } else { 16 }),
-        memory_history_entries: 0,
-        start_timeout: Duration::from_secs(180),
-        twin: None,
-        threads: None,
-    };
-    let variants = if args.variants.is_empty() { leaklab_lab::soak::VARIANTS.to_vec() } else { args.variants };
-    if !args.json {
-        eprintln!("leaklab soak: {} variants, {} warm-up + {} requests each at concurrency {}", variants.len(), options.warmup, options.requests, options.concurrency);
-    }
-    let results = runtime()?.block_on(leaklab_lab::soak::soak(&options, &variants, args.json));
-    leaklab_lab::soak::write(&args.out, &results)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    } else {
-        println!("{}", leaklab_lab::soak::table(&results));
-        println!("written to {}/soak.md", args.out.display());
-    }
-    if !results.iter().all(|r| r.passed) {
-        std::process::exit(1);
-    }
-    Ok(())
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
-}
-
-fn run_lab(args: RunLabArgs) -> Result<()> {
-    let device = args.device.resolve()?;
-    let seed = args.scale == Scale::Seed;
-    let options = RunOptions {
-        exe: std::env::current_exe()?,
-        scale: args.scale,
-        device: match device {
-            DeviceChoice::Cpu => "cpu".into(),
-            DeviceChoice::Cuda => "cuda".into(),
-        },
-        warmup: args.warmup.unwrap_or(if seed { 5 } else { 20 }),
-        requests: args.requests.unwrap_or(if seed { 30 } else { 200 }),
-        concurrency: args.concurrency,
-        memory_history_entries: args.memory_history,
-        start_timeout: Duration::from_secs(180),
-        twin: None,
-        threads: None,
-    };
-    let variants = if args.variants.is_empty() { Variant::ALL.to_vec() } else { args.variants.clone() };
-    if !args.json {
-        eprintln!(
-            "leaklab: {} variants, {} warm-up + {} requests each, scale {}, device {}",
-            variants.len(),
-            options.warmup,
-            options.requests,
-            options.scale.name(),
-            options.device
-        );
-    }
-    let (runs, report) = runtime()?.block_on(leaklab_lab::run_lab(&options, &variants, args.json));
-    report.write(&args.out, &runs).with_context(|| format!("cannot write the report to {}", args.out.display()))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.table());
-        println!("\nreport: {}/report.md ({:.1} s)", args.out.display(), report.seconds);
-    }
-    if !report.passed {
-        std::process::exit(1);
-    }
-    Ok(())
 }

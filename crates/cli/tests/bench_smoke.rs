@@ -1,7 +1,9 @@
 //! The bench's code paths with tiny counts: the Rust service and its Python twin both serve,
 //! and the twin's leaks are on the same scale as Rust's. Timings are never asserted.
 
-use std::process::Command;
+mod common;
+
+use common::leaklab;
 
 #[test]
 fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
@@ -9,7 +11,7 @@ fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench.md");
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let output = Command::new(env!("CARGO_BIN_EXE_leaklab"))
+    let output = leaklab()
         .current_dir(root)
         .args(["bench", "--requests", "40", "--leak-requests", "60", "--concurrency", "2", "--python", &python, "--criterion-dir"])
         .arg(dir.path().join("no-criterion-here"))

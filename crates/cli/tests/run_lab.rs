@@ -2,11 +2,10 @@
 //! parts of the verdict table are a snapshot, so a change that reintroduces a leak, or breaks a
 //! leaky variant's leak, fails `cargo xtask test`.
 
-use std::process::Command;
+mod common;
 
-fn leaklab() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_leaklab"))
-}
+use common::leaklab;
+use leaklab_vocab::Stage;
 
 #[test]
 fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
@@ -18,22 +17,23 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "run-lab failed\nstdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr));
-    let report: leaklab_lab::LabReport = serde_json::from_str(&stdout).unwrap();
+    let report: leaklab_runner::LabReport = serde_json::from_str(&stdout).unwrap();
     assert!(report.passed);
     insta::assert_snapshot!(report.stable_table());
 
     // Exact slopes of the leaky variants at the default scale and batch (8 rows).
-    let slope = |name: &str| report.variants.iter().find(|v| v.variant == name).unwrap().primary.as_ref().unwrap().judgement.slope.bytes_per_request;
+    let variant = |name: &str| report.variants.iter().find(|v| v.variant.name() == name).unwrap();
+    let slope = |name: &str| variant(name).primary().unwrap().judgement.slope.bytes_per_request;
     assert_eq!(slope("graph-leaky"), 81_920.0);
     assert_eq!(slope("refs-leaky"), 16_384.0);
     assert_eq!(slope("cache-leaky"), 16_384.0);
     assert_eq!(slope("seed"), 98_304.0);
-    let stages = |name: &str| report.variants.iter().find(|v| v.variant == name).unwrap().stages.clone();
-    assert_eq!(stages("graph-leaky")[0].stage, "forward");
-    assert_eq!(stages("cache-leaky")[0].stage, "preprocess");
+    let stages = |name: &str| variant(name).stages.clone();
+    assert_eq!(stages("graph-leaky")[0].stage, Stage::Forward);
+    assert_eq!(stages("cache-leaky")[0].stage, Stage::Preprocess);
     // The baseline's bounded cache fills inside this short window: a plateau, born in preprocess.
     let baseline = stages("baseline");
-    assert!(baseline.iter().all(|s| s.verdict == leaklab_detect::Verdict::Plateau && s.stage == "preprocess"), "{baseline:?}");
+    assert!(baseline.iter().all(|s| s.verdict == leaklab_detect::Verdict::Plateau && s.stage == Stage::Preprocess), "{baseline:?}");
 
     // Every file of the report is there, and the snapshots are memory_viz pickles.
     for name in ["report.md", "report.json", "overlay.svg", "overlay.png", "graph-leaky.svg", "seed.png", "seed.pickle"] {
@@ -49,18 +49,26 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
 }
 
 #[test]
-fn serve_refuses_cuda_without_a_gpu_with_a_clear_message() {
-    if leaklab_probe::cuda::is_available() {
-        return; // On a CUDA host this is the gpu-tests' ground.
+fn run_lab_refuses_cuda_without_a_gpu_with_a_clear_message_and_exit_2() {
+    let output = leaklab().args(["run-lab", "--device", "cuda", "--variant", "baseline"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.success() {
+        return; // A CUDA host: the gpu-tests' ground.
     }
-    let output = leaklab().args(["serve", "--variant", "baseline", "--device", "cuda", "--port", "0"]).output().unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("CUDA not available"), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CUDA not available"), "{stderr}");
+}
+
+#[test]
+fn a_missing_service_binary_is_named_with_the_way_to_build_it() {
+    let output = leaklab().env("LEAKLAB_SERVICE", "/nonexistent/leaklab-service").args(["run-lab"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cargo build --release -p leaklab-service"), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 #[test]
 fn unknown_variants_are_named_with_the_known_ones() {
-    let output = leaklab().args(["serve", "--variant", "nope"]).output().unwrap();
+    let output = leaklab().args(["run-lab", "--variant", "nope"]).output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("known: graph-leaky"));
 }

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The probes are plain closures returning bytes, so this crate stays free of libtorch;
-//! `leaklab_probe::leak_check` wires in the exact CPU allocator, RSS and the CUDA allocator.
+//! `leaklab_probe::guard::TorchLeakCheck` wires in the exact CPU allocator, RSS and the CUDA
+//! allocator.
 
 use crate::projection::{Projection, Scenario};
 use crate::stages::{attribute, StageFinding};
@@ -119,7 +120,7 @@ pub struct LeakReport {
     pub warmup: usize,
     pub iterations: usize,
     pub probes: Vec<ProbeReport>,
-    pub stages: Vec<StageFinding>,
+    pub stages: Vec<StageFinding<String>>,
 }
 
 impl LeakReport {

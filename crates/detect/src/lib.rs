@@ -10,12 +10,14 @@
 //! This crate knows nothing about libtorch or HTTP: it reads numbers.
 
 pub mod harness;
+pub mod noisy;
 pub mod projection;
 pub mod slope;
 pub mod stages;
 mod verdict;
 
 pub use harness::{LeakCheck, LeakReport, ProbeReport};
+pub use noisy::{judge_noisy, NoisyConfig, NoisyJudgement};
 pub use projection::{Projection, Scenario};
 pub use slope::Slope;
 pub use stages::{attribute, StageFinding};

@@ -11,13 +11,14 @@ use crate::{Result, Sample};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageFinding {
-    pub stage: String,
+pub struct StageFinding<L> {
+    /// The stage's label: a name, or the caller's own stage type.
+    pub stage: L,
     pub judgement: Judgement,
 }
 
 /// Judges every stage series and returns the ones that grow (leak or plateau), steepest first.
-pub fn attribute(stages: &[(String, Vec<Sample>)], config: &DetectorConfig) -> Result<Vec<StageFinding>> {
+pub fn attribute<L: Clone>(stages: &[(L, Vec<Sample>)], config: &DetectorConfig) -> Result<Vec<StageFinding<L>>> {
     let mut findings = Vec::new();
     for (stage, samples) in stages {
         let judgement = judge(samples, config)?;
@@ -26,7 +27,7 @@ pub fn attribute(stages: &[(String, Vec<Sample>)], config: &DetectorConfig) -> R
         }
     }
     findings.sort_by(|a, b| {
-        let rank = |f: &StageFinding| (f.judgement.verdict == Verdict::Leak, f.judgement.slope.bytes_per_request);
+        let rank = |f: &StageFinding<L>| (f.judgement.verdict == Verdict::Leak, f.judgement.slope.bytes_per_request);
         rank(b).partial_cmp(&rank(a)).unwrap_or(std::cmp::Ordering::Equal)
     });
     Ok(findings)
@@ -41,9 +42,9 @@ mod tests {
         let flat: Vec<Sample> = (0..50).map(|i| (i, 4096)).collect();
         let small: Vec<Sample> = (0..50).map(|i| (i, 10 * i as i64)).collect();
         let big: Vec<Sample> = (0..50).map(|i| (i, 5000 * i as i64)).collect();
-        let stages = vec![("preprocess".to_string(), small), ("forward".to_string(), big), ("telemetry".to_string(), flat)];
+        let stages = vec![("preprocess", small), ("forward", big), ("telemetry", flat)];
         let found = attribute(&stages, &DetectorConfig::exact(5)).unwrap();
-        let names: Vec<_> = found.iter().map(|f| f.stage.as_str()).collect();
+        let names: Vec<_> = found.iter().map(|f| f.stage).collect();
         assert_eq!(names, ["forward", "preprocess"]);
     }
 }

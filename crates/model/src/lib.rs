@@ -3,99 +3,11 @@
 //!
 //! It knows nothing about HTTP, probes or leaks: the service's variants wrap it, they don't fork it.
 
-use serde::{Deserialize, Serialize};
+use leaklab_vocab::SeededRng;
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-/// Shapes of the MLP: `input → hidden (→ hidden)* → output`, ReLU between layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelConfig {
-    pub input: i64,
-    pub hidden: i64,
-    /// Number of hidden layers (each followed by a ReLU).
-    pub depth: i64,
-    pub output: i64,
-    pub seed: i64,
-}
-
-/// How big the lab runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum Scale {
-    /// Small enough for CPU and CI: 512 → 2048 → 512; a batch of 8 leaks tens of kB a request.
-    Default,
-    /// The reference scenario's container: 1024 → 8192 ×3 → 1024 (151 M parameters); with a
-    /// batch of 512 the graph cause keeps 50 MiB (52.4 MB) per request alive.
-    Seed,
-}
-
-impl Scale {
-    pub fn config(self) -> ModelConfig {
-        match self {
-            Scale::Default => ModelConfig { input: 512, hidden: 2048, depth: 1, output: 512, seed: 42 },
-            Scale::Seed => ModelConfig { input: 1024, hidden: 8192, depth: 3, output: 1024, seed: 42 },
-        }
-    }
-
-    /// The batch a client sends at this scale.
-    pub fn batch(self) -> i64 {
-        match self {
-            Scale::Default => 8,
-            Scale::Seed => 512,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scale::Default => "default",
-            Scale::Seed => "seed",
-        }
-    }
-}
-
-impl std::str::FromStr for Scale {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "default" => Ok(Scale::Default),
-            "seed" => Ok(Scale::Seed),
-            other => Err(format!("unknown scale `{other}`: use `default` or `seed`")),
-        }
-    }
-}
-
-impl ModelConfig {
-    /// Bytes an f32 forward pass saves for backward when autograd records it: the input (saved
-    /// by the first linear layer for its weight gradient) and every hidden ReLU output (saved by
-    /// ReLU and by the next linear layer, one storage). The graph leak keeps exactly this alive.
-    pub fn graph_bytes_per_request(&self, batch: i64) -> i64 {
-        4 * batch * (self.input + self.depth * self.hidden)
-    }
-
-    /// Bytes of one output batch in f32.
-    pub fn output_bytes(&self, batch: i64) -> i64 {
-        4 * batch * self.output
-    }
-
-    /// Bytes of one input batch in f32.
-    pub fn input_bytes(&self, batch: i64) -> i64 {
-        4 * batch * self.input
-    }
-
-    /// An upper estimate of the bytes one request of `rows` needs while it runs: the raw,
-    /// standardised and temporary inputs, two hidden activations per layer, the output and its
-    /// copy. Admission control compares it with the memory budget before allocating anything.
-    pub fn request_bytes_estimate(&self, rows: i64) -> i64 {
-        4 * rows * (3 * self.input + 2 * self.depth * self.hidden + 2 * self.output)
-    }
-
-    pub fn parameters(&self) -> i64 {
-        let first = self.input * self.hidden + self.hidden;
-        let middle = (self.depth - 1) * (self.hidden * self.hidden + self.hidden);
-        let last = self.hidden * self.output + self.output;
-        first + middle + last
-    }
-}
+pub use leaklab_vocab::{ModelConfig, Scale};
 
 /// The model with its weights.
 #[derive(Debug)]
@@ -136,6 +48,32 @@ impl Mlp {
     }
 }
 
+/// Writes the weights of `scale`'s model as safetensors at `out`, and its shapes (with the
+/// batch a client sends) as JSON at `<out>.json`: what the Python twin loads.
+pub fn export_weights(out: &std::path::Path, scale: Scale) -> Result<(), ExportError> {
+    let config = scale.config();
+    let model = Mlp::new(config, Device::Cpu);
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    model.save_safetensors(out)?;
+    let shapes = format!(
+        "{{\n  \"input\": {},\n  \"hidden\": {},\n  \"depth\": {},\n  \"output\": {},\n  \"seed\": {},\n  \"batch\": {}\n}}\n",
+        config.input, config.hidden, config.depth, config.output, config.seed, scale.batch()
+    );
+    std::fs::write(format!("{}.json", out.display()), shapes)?;
+    Ok(())
+}
+
+/// Why the weights could not be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("cannot write the weights: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("libtorch could not save the weights: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
 /// Overwrites every variable with values drawn from its own seeded generator, with PyTorch's
 /// `nn.Linear` bounds (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases).
 ///
@@ -154,16 +92,8 @@ fn fill_seeded(vs: &nn::VarStore, seed: i64) {
         for name in names {
             let mut var = variables[&name].shallow_clone();
             let bound = 1.0 / fan_in(&name).sqrt();
-            let mut state = name.bytes().fold(seed as u64 ^ 0xCBF2_9CE4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3)) | 1;
-            let values: Vec<f32> = (0..var.numel())
-                .map(|_| {
-                    state ^= state >> 12;
-                    state ^= state << 25;
-                    state ^= state >> 27;
-                    let unit = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f64 / (1u64 << 24) as f64;
-                    ((unit * 2.0 - 1.0) * bound) as f32
-                })
-                .collect();
+            let mut rng = SeededRng::named(seed as u64, &name);
+            let values: Vec<f32> = (0..var.numel()).map(|_| (rng.symmetric() * bound) as f32).collect();
             var.copy_(&Tensor::from_slice(&values).view(var.size().as_slice()));
         }
     });
@@ -197,13 +127,5 @@ mod tests {
         let m = Mlp::new(config, Device::Cpu);
         let counted: i64 = m.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
         assert_eq!(counted, config.parameters());
-    }
-
-    #[test]
-    fn the_seed_scale_keeps_about_fifty_megabytes_per_request_in_the_graph() {
-        let c = Scale::Seed.config();
-        let bytes = c.graph_bytes_per_request(Scale::Seed.batch());
-        // 4 B × 512 × (1024 + 3 × 8192) = 50 MiB: the "about 50 MB per request" of the story.
-        assert_eq!(bytes, 50 * 1024 * 1024);
     }
 }

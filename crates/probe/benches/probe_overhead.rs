@@ -1,7 +1,7 @@
 //! What a memory sample costs next to a request's forward pass (goal: under 2 %).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use leaklab_probe::{cpu, Probes};
+use leaklab_probe::{cpu, Nvml, Probes};
 use tch::{nn, nn::Module, Device, Kind, Tensor};
 
 fn probe_overhead(c: &mut Criterion) {
@@ -14,9 +14,9 @@ fn probe_overhead(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("cpu_probe_overhead");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("sample_without_nvml", |b| b.iter(|| probes.sample(false)));
+    group.bench_function("sample_without_nvml", |b| b.iter(|| probes.sample(Nvml::Skip)));
     group.bench_function("cpu_stats_only", |b| b.iter(cpu::stats));
-    let full = probes.sample(false);
+    let full = probes.sample(Nvml::Skip);
     group.bench_function("sample_allocators", |b| b.iter(|| probes.sample_allocators(&full)));
     group.bench_function("rss_only", |b| b.iter(leaklab_probe::process::rss_bytes));
     group.bench_function("malloc_heap_only", |b| b.iter(leaklab_probe::process::heap_bytes));
@@ -24,7 +24,7 @@ fn probe_overhead(c: &mut Criterion) {
     group.bench_function("forward_batch8_plus_sample", |b| {
         b.iter(|| {
             let y = leaklab_probe::inference_mode(|| model.forward(&x));
-            (y, probes.sample(false))
+            (y, probes.sample(Nvml::Skip))
         })
     });
     group.finish();

@@ -38,6 +38,15 @@ static_assert(sizeof(Header) <= kHeader, "header must fit in front of the data")
 
 thread_local int32_t tl_context = 0;
 
+// The context of allocations made on a thread that has none of its own (context 0). A leak
+// check sets it for its duration, so memory its body hands to worker threads, pools or
+// spawn_blocking is counted too; 0 (the default) leaves such memory in `other`.
+std::atomic<int32_t> g_default_context{0};
+
+int32_t birth_context() {
+  return tl_context != 0 ? tl_context : g_default_context.load(std::memory_order_relaxed);
+}
+
 int64_t now_us() {
   using namespace std::chrono;
   return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
@@ -110,7 +119,7 @@ struct CountingAllocator final : public c10::Allocator {
     int64_t t = now_us();
     h->size = n;
     h->time_us = t;
-    h->context = tl_context;
+    h->context = birth_context();
     auto size = static_cast<int64_t>(n);
     int64_t live = g_counters.live.fetch_add(size, std::memory_order_relaxed) + size;
     int64_t peak = g_counters.peak.load(std::memory_order_relaxed);
@@ -185,6 +194,12 @@ void ll_context_set(int32_t id) {
 
 int32_t ll_context_get(void) { return tl_context; }
 
+void ll_context_set_default(int32_t id) {
+  g_default_context.store((id >= 0 && id < LL_MAX_CONTEXTS) ? id : 0);
+}
+
+int32_t ll_context_get_default(void) { return g_default_context.load(); }
+
 void ll_cpu_live_by_context(int64_t* out, size_t n) {
   for (size_t i = 0; i < n && i < LL_MAX_CONTEXTS; ++i) out[i] = g_counters.by_context[i].load();
 }
@@ -221,9 +236,17 @@ size_t ll_live_blocks_copy(ll_block_t* out, size_t cap) {
   return n;
 }
 
-void* ll_inference_mode_enter(int enabled) { return new c10::InferenceMode(enabled != 0); }
+// Returns null when the guard cannot be made (out of memory, or libtorch refused): the shim
+// never lets a C++ exception cross into Rust.
+void* ll_inference_mode_enter(int enabled) {
+  try {
+    return new c10::InferenceMode(enabled != 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
 
-void ll_inference_mode_exit(void* guard) { delete static_cast<c10::InferenceMode*>(guard); }
+void ll_inference_mode_exit(void* guard) { delete static_cast<c10::InferenceMode*>(guard); }  // delete of null is a no-op
 
 int ll_inference_mode_is_enabled(void) { return c10::InferenceMode::is_enabled() ? 1 : 0; }
 

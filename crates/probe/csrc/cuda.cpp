@@ -92,7 +92,14 @@ int ll_cuda_snapshot(char** buf, size_t* len, char* err, size_t errlen) {
 }
 
 int ll_cuda_synchronize(int device, char* err, size_t errlen) {
-  return guarded(err, errlen, [&] { c10::cuda::device_synchronize(); (void)device; });
+  return guarded(err, errlen, [&] {
+    // Make `device` current for the call and restore the previous one after (c10's CUDAGuard
+    // would do this too, but pulls in the CUDA runtime's symbols, which the shim does not link).
+    auto previous = c10::cuda::current_device();
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+    c10::cuda::device_synchronize();
+    c10::cuda::set_device(previous);
+  });
 }
 
 }  // extern "C"

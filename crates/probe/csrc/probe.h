@@ -43,6 +43,9 @@ void ll_cpu_reset_peak(void);
 void ll_cpu_set_limit(int64_t bytes);
 void ll_context_set(int32_t id);
 int32_t ll_context_get(void);
+// The context of allocations on threads that have none of their own (0: leave them in `other`).
+void ll_context_set_default(int32_t id);
+int32_t ll_context_get_default(void);
 void ll_cpu_live_by_context(int64_t* out, size_t n);
 void ll_history_enable(size_t max_entries);
 size_t ll_history_len(void);

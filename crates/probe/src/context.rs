@@ -3,7 +3,8 @@
 //! The counting allocator records the calling thread's current context on each block it hands
 //! out and keeps live bytes per context, so "which stage's memory does not come back" is an
 //! exact question. Contexts are thread-local, like libtorch's own modes: set them on the thread
-//! that does the work.
+//! that does the work. One context at a time can also be the process-wide default, which the
+//! allocator uses for threads that have none of their own (how a leak check sees every thread).
 
 use crate::ffi;
 use std::sync::Mutex;
@@ -61,6 +62,16 @@ impl MemoryContext {
         ContextGuard { previous, _not_send: std::marker::PhantomData }
     }
 
+    /// Makes this the context of every allocation made, on any thread, outside a named
+    /// context, until the guard drops (then the previous default). This is how a leak check
+    /// sees what its body hands to worker threads. Process-wide: one owner at a time.
+    pub fn enter_as_default(self) -> DefaultContextGuard {
+        // SAFETY: an atomic store in the shim; ids are checked there.
+        let previous = MemoryContext(unsafe { ffi::ll_context_get_default() });
+        unsafe { ffi::ll_context_set_default(self.0) };
+        DefaultContextGuard { previous }
+    }
+
     /// All registered contexts, in id order.
     pub fn all() -> Vec<MemoryContext> {
         let n = NAMES.lock().expect("context table poisoned").len().max(1);
@@ -79,5 +90,18 @@ impl Drop for ContextGuard {
     fn drop(&mut self) {
         // SAFETY: as in `enter`.
         unsafe { ffi::ll_context_set(self.previous.0) };
+    }
+}
+
+/// Restores the previous process-wide default context on drop.
+#[must_use = "the default context ends when the guard drops"]
+pub struct DefaultContextGuard {
+    previous: MemoryContext,
+}
+
+impl Drop for DefaultContextGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter_as_default`.
+        unsafe { ffi::ll_context_set_default(self.previous.0) };
     }
 }

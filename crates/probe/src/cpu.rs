@@ -7,19 +7,10 @@
 
 use crate::context::MemoryContext;
 use crate::{ffi, Error, Result};
-use serde::{Deserialize, Serialize};
 
 /// Counters of the CPU allocator since [`install`] (the CPU twin of
 /// `torch.cuda.memory_allocated()`, `max_memory_allocated()` and friends).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CpuStats {
-    pub live_bytes: i64,
-    pub peak_bytes: i64,
-    pub live_blocks: i64,
-    pub alloc_count: u64,
-    pub free_count: u64,
-    pub alloc_bytes_total: u64,
-}
+pub use leaklab_vocab::CpuStats;
 
 /// Registers the counting allocator (idempotent). Call it before the tensors you want counted
 /// are created; the service and the leak harness do so at start.

@@ -4,22 +4,8 @@
 //! call returns [`Error::CudaUnavailable`]; none of them crashes.
 
 use crate::{ffi, Error, Result};
-use serde::{Deserialize, Serialize};
 
-/// `torch.cuda.memory_stats()`'s aggregate figures, current and peak, in bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CudaStats {
-    pub allocated_bytes: i64,
-    pub allocated_peak_bytes: i64,
-    pub reserved_bytes: i64,
-    pub reserved_peak_bytes: i64,
-    pub active_bytes: i64,
-    pub active_peak_bytes: i64,
-    pub inactive_split_bytes: i64,
-    pub inactive_split_peak_bytes: i64,
-    pub num_alloc_retries: i64,
-    pub num_ooms: i64,
-}
+pub use leaklab_vocab::CudaStats;
 
 fn check((rc, msg): (i32, String)) -> Result<()> {
     match rc {

@@ -58,6 +58,8 @@ extern "C" {
     pub fn ll_cpu_set_limit(bytes: i64);
     pub fn ll_context_set(id: i32);
     pub fn ll_context_get() -> i32;
+    pub fn ll_context_set_default(id: i32);
+    pub fn ll_context_get_default() -> i32;
     pub fn ll_cpu_live_by_context(out: *mut i64, n: usize);
     pub fn ll_history_enable(max_entries: usize);
     pub fn ll_history_len() -> usize;

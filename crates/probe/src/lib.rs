@@ -22,11 +22,11 @@ pub mod process;
 mod sample;
 pub mod snapshot;
 
-pub use context::{ContextGuard, MemoryContext};
+pub use context::{ContextGuard, DefaultContextGuard, MemoryContext};
 pub use cpu::CpuStats;
 pub use cuda::CudaStats;
 pub use mode::{inference_mode, InferenceModeGuard};
-pub use sample::{MemorySample, Probes};
+pub use sample::{MemorySample, Nvml, Probes};
 
 /// What can go wrong when probing memory.
 #[derive(Debug, thiserror::Error)]

@@ -7,19 +7,12 @@
 use crate::{Error, Result};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
-use serde::{Deserialize, Serialize};
 
 pub struct NvmlProbe {
     nvml: Nvml,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NvmlReading {
-    /// This process's used GPU memory, when the driver reports it.
-    pub process_used_bytes: Option<u64>,
-    pub device_used_bytes: u64,
-    pub device_total_bytes: u64,
-}
+pub use leaklab_vocab::NvmlReading;
 
 impl NvmlProbe {
     pub fn new() -> Result<NvmlProbe> {

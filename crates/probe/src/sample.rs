@@ -1,20 +1,16 @@
-//! [`MemorySample`]: every probe read at once.
+//! [`Probes`]: every probe read at once, into a [`MemorySample`].
 
-use crate::cpu::{self, CpuStats};
-use crate::cuda::{self, CudaStats};
-use crate::nvml::{NvmlProbe, NvmlReading};
+use crate::cpu;
+use crate::cuda;
+use crate::nvml::NvmlProbe;
 use crate::{process, Result};
-use serde::{Deserialize, Serialize};
+pub use leaklab_vocab::MemorySample;
 
-/// What the probes read at one instant. The CPU allocator figures are exact; RSS and heap are
-/// process-wide; CUDA and NVML figures are present only on CUDA hosts.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct MemorySample {
-    pub cpu: CpuStats,
-    pub rss_bytes: u64,
-    pub heap_bytes: u64,
-    pub cuda: Option<CudaStats>,
-    pub nvml: Option<NvmlReading>,
+/// Whether a sample reads NVML (a driver call, slow) or leaves it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nvml {
+    Read,
+    Skip,
 }
 
 /// Which probes to read. Build it once (NVML initialisation is slow) and sample often.
@@ -53,12 +49,12 @@ impl Probes {
         MemorySample { cpu: cpu::stats(), cuda: self.cuda_device.and_then(|d| cuda::stats(d).ok()), ..previous.clone() }
     }
 
-    /// Reads every enabled probe. NVML is the slow one (a driver call); pass `with_nvml: false`
-    /// on hot paths and read it every N requests instead.
-    pub fn sample(&self, with_nvml: bool) -> MemorySample {
+    /// Reads every enabled probe. NVML is the slow one (a driver call); pass [`Nvml::Skip`] on
+    /// hot paths and read it every N requests instead.
+    pub fn sample(&self, nvml: Nvml) -> MemorySample {
         let cuda = self.cuda_device.and_then(|d| cuda::stats(d).ok());
         let nvml = match (&self.nvml, self.cuda_device) {
-            (Some(p), Some(d)) if with_nvml => p.read(d as u32).ok(),
+            (Some(p), Some(d)) if nvml == Nvml::Read => p.read(d as u32).ok(),
             _ => None,
         };
         MemorySample {

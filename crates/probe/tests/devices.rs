@@ -1,6 +1,6 @@
 //! CUDA, NVML and process probes: real figures where the hardware is, clear errors where not.
 
-use leaklab_probe::{cuda, nvml::NvmlProbe, process, Error, Probes};
+use leaklab_probe::{cuda, nvml::NvmlProbe, process, Error, Nvml, Probes};
 
 #[test]
 fn cuda_calls_report_not_available_without_a_gpu() {
@@ -54,7 +54,7 @@ fn rss_and_heap_see_a_large_rust_allocation() {
 #[test]
 fn a_cpu_sample_reads_every_cpu_probe() {
     leaklab_probe::cpu::install().unwrap();
-    let s = Probes::cpu().sample(true);
+    let s = Probes::cpu().sample(Nvml::Read);
     assert!(s.rss_bytes > 0 && s.heap_bytes > 0);
     assert!(s.cuda.is_none() && s.nvml.is_none());
     let json = serde_json::to_value(&s).unwrap();

@@ -48,3 +48,49 @@ fn rss_can_be_judged_beside_the_allocator() {
     assert_eq!(report.probes.len(), 2);
     assert!(report.passed(), "{report}");
 }
+
+/// A long-lived worker thread that runs each request and, with `keep`, keeps its output: how
+/// services hand work to threads (a channel to a pool, `spawn_blocking`).
+fn worker_check(keep: bool, check: TorchLeakCheck) -> leaklab_detect::LeakReport {
+    let (to_worker, jobs) = std::sync::mpsc::channel::<std::sync::mpsc::Sender<f64>>();
+    let worker = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for reply in jobs {
+            let y = Tensor::ones([32, 256], (Kind::Float, Device::Cpu)) * 3.0;
+            let value = y.mean(Kind::Float).double_value(&[]);
+            if keep {
+                kept.push(y); // the leak: the worker keeps every output
+            }
+            reply.send(value).unwrap();
+        }
+        kept.len()
+    });
+    let report = check.run(|_| {
+        let (reply, answer) = std::sync::mpsc::channel();
+        to_worker.send(reply).unwrap();
+        assert_eq!(answer.recv().unwrap(), 3.0);
+    });
+    drop(to_worker);
+    worker.join().unwrap();
+    report
+}
+
+#[test]
+fn a_leak_born_on_a_worker_thread_fails_the_default_check_with_its_exact_size() {
+    let report = worker_check(true, TorchLeakCheck::new(5, 40));
+    assert!(!report.passed(), "{report}");
+    let j = report.probes[0].judgement.as_ref().unwrap();
+    assert_eq!((j.verdict, j.slope.bytes_per_request), (Verdict::Leak, 32.0 * 256.0 * 4.0));
+}
+
+#[test]
+fn the_same_worker_without_the_leak_passes() {
+    let report = worker_check(false, TorchLeakCheck::new(5, 40));
+    assert!(report.passed(), "{report}");
+}
+
+#[test]
+fn current_thread_only_is_blind_to_the_worker_as_documented() {
+    let report = worker_check(true, TorchLeakCheck::new(5, 40).current_thread_only());
+    assert!(report.passed(), "{report}");
+}

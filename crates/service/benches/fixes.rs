@@ -11,7 +11,7 @@ use leaklab_probe::inference_mode;
 use leaklab_service::api::{synthetic_request, validate};
 use leaklab_service::causes::cache::FeatureCache;
 use leaklab_service::causes::refs::History;
-use leaklab_service::{DeviceChoice, Mode, Pipeline, PipelineConfig, Variant};
+use leaklab_service::{Mode, Pipeline, PipelineConfig, SampleDepth, Variant};
 use std::time::Duration;
 use tch::{Device, Kind, Tensor};
 
@@ -91,14 +91,14 @@ fn cpu_pipeline(c: &mut Criterion) {
         // With a sample as the service takes it: allocators and stages every request, the
         // process probes every tenth.
         for (name, sample) in [("baseline", false), ("baseline_with_sample", true)] {
-            let mut p = Pipeline::new(Variant::Baseline, PipelineConfig::new(Scale::Default.config(), DeviceChoice::Cpu)).unwrap();
+            let mut p = Pipeline::new(Variant::Baseline, PipelineConfig::new(Scale::Default.config(), leaklab_service::Device::Cpu)).unwrap();
             let mut i = 0;
             group.bench_function(BenchmarkId::new(name, rows), |b| {
                 b.iter(|| {
                     i += 1;
                     let out = p.infer(&batches[i % batches.len()]).unwrap();
                     if sample {
-                        std::hint::black_box(p.sample(0, i % 10 == 0));
+                        std::hint::black_box(p.sample(0, if i % 10 == 0 { SampleDepth::Full } else { SampleDepth::Allocators }));
                     }
                     out
                 })

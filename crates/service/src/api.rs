@@ -6,27 +6,8 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
 
-/// `POST /v1/infer`: a batch of rows, each with the model's input width.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct InferRequest {
-    pub inputs: Vec<Vec<f32>>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct InferResponse {
-    pub request: u64,
-    pub variant: String,
-    pub cached: bool,
-    pub outputs: Vec<Vec<f32>>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub struct ErrorBody {
-    pub error: String,
-}
+pub use leaklab_vocab::api::{synthetic_request, ErrorBody, InferRequest, InferResponse};
 
 /// An error answer: a status and a message.
 #[derive(Debug, PartialEq)]
@@ -111,25 +92,4 @@ mod tests {
         assert_eq!((nan.status, nan.message.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "row 0, column 1 is not a finite number (NaN, infinite, or out of f32 range)"));
         assert_eq!(check(vec![vec![1.0, 2.0, 3.0]]).unwrap(), Batch { rows: 1, features: 3, values: vec![1.0, 2.0, 3.0] });
     }
-}
-
-/// A deterministic batch for request `index`: distinct for every index, the same on every run.
-/// The lab's load client, the tests and the benches all send these.
-pub fn synthetic_request(index: u64, rows: usize, features: usize) -> InferRequest {
-    let mut state = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
-    let inputs = (0..rows)
-        .map(|_| {
-            (0..features)
-                .map(|_| {
-                    // xorshift64*: cheap, and good enough for test inputs.
-                    state ^= state >> 12;
-                    state ^= state << 25;
-                    state ^= state >> 27;
-                    let bits = state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
-                    (bits as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-                })
-                .collect()
-        })
-        .collect();
-    InferRequest { inputs }
 }

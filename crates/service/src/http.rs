@@ -6,8 +6,7 @@
 
 use crate::api::{validate, ApiError, InferRequest, InferResponse};
 use crate::metrics::Metrics;
-use crate::pipeline::{Pipeline, PipelineConfig, RequestSample};
-use crate::variant::Variant;
+use crate::pipeline::{Pipeline, PipelineConfig, SampleDepth};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, StatusCode};
@@ -15,6 +14,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use leaklab_probe::{cpu, cuda, snapshot};
+use leaklab_vocab::{Device, RequestSample, Scale, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -52,12 +52,11 @@ pub struct ServiceConfig {
 
 impl ServiceConfig {
     pub fn new(variant: Variant, pipeline: PipelineConfig) -> ServiceConfig {
-        let row_bytes = pipeline.model.input as usize * 24; // generous JSON text per value
         ServiceConfig {
             variant,
             pipeline,
             max_batch: 1024,
-            body_limit_bytes: (1024 * row_bytes).max(1 << 20),
+            body_limit_bytes: pipeline.model.json_body_bytes(1024).max(1 << 20),
             request_timeout: Duration::from_secs(30),
             debug_endpoints: false,
             sample_log_capacity: 200_000,
@@ -66,6 +65,22 @@ impl ServiceConfig {
             memory_budget_bytes: None,
             crash_after: None,
         }
+    }
+
+    /// The service of `variant` at `scale` on `device`, sized the way `leaklab-serve` sizes it:
+    /// the fixed cache holds 32 batches, the body limit fits the largest batch.
+    pub fn for_scale(variant: Variant, scale: Scale, device: Device) -> ServiceConfig {
+        let model = scale.config();
+        let mut pipeline = PipelineConfig::new(model, device);
+        pipeline.cache_capacity_bytes = 32 * model.input_bytes(scale.batch()) as usize;
+        ServiceConfig::new(variant, pipeline)
+    }
+
+    /// Sets the most rows per request, and a body limit that fits them.
+    pub fn with_max_batch(mut self, rows: usize) -> ServiceConfig {
+        self.max_batch = rows;
+        self.body_limit_bytes = self.body_limit_bytes.max(self.pipeline.model.json_body_bytes(rows));
+        self
     }
 }
 
@@ -173,8 +188,8 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
             std::process::abort();
         }
         let latency_us = started.elapsed().as_micros() as u64;
-        let full = worker.pipeline.requests() % every == 0;
-        let sample = worker.pipeline.sample(latency_us, full);
+        let depth = if worker.pipeline.requests() % every == 0 { SampleDepth::Full } else { SampleDepth::Allocators };
+        let sample = worker.pipeline.sample(latency_us, depth);
         if result.is_ok() && capacity > 0 {
             if worker.samples.len() == capacity {
                 worker.samples.pop_front();
@@ -193,7 +208,7 @@ async fn run_infer(app: &Arc<App>, body: Result<Json<InferRequest>, JsonRejectio
 async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     let sample = {
         let mut worker = app.worker.lock().await;
-        worker.pipeline.sample(0, true)
+        worker.pipeline.sample(0, SampleDepth::Full)
     };
     app.metrics.record(&sample);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.encode())
@@ -214,7 +229,7 @@ pub struct MemoryReport {
 
 async fn memory(State(app): State<Arc<App>>) -> Json<MemoryReport> {
     let mut worker = app.worker.lock().await;
-    let sample = worker.pipeline.sample(0, true);
+    let sample = worker.pipeline.sample(0, SampleDepth::Full);
     let p = &worker.pipeline;
     Json(MemoryReport {
         variant: app.config.variant.to_string(),

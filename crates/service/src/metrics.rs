@@ -3,7 +3,7 @@
 //! The memory gauges are refreshed from a fresh sample at each scrape, so `predict_linear` over
 //! them sees the same figures the lab's detector does.
 
-use crate::pipeline::{RequestSample, Stage};
+use leaklab_vocab::{Probe, RequestSample};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -58,25 +58,20 @@ impl Metrics {
 
     pub fn record(&self, sample: &RequestSample) {
         let m = &sample.memory;
-        let mut gauges = vec![
-            ("cpu_allocator_live", m.cpu.live_bytes),
-            ("cpu_allocator_peak", m.cpu.peak_bytes),
-            ("rss", m.rss_bytes as i64),
-            ("malloc_heap", m.heap_bytes as i64),
-        ];
+        // Every probe series the sample carries, under its one name, and three figures beside
+        // them that are not series of their own (peaks, OOM count, the whole GPU's use).
+        let mut gauges: Vec<(&str, i64)> = Probe::ALL.iter().filter_map(|p| p.read(m).map(|v| (p.name(), v))).collect();
+        gauges.push(("cpu_allocator_peak", m.cpu.peak_bytes));
         if let Some(c) = m.cuda {
-            gauges.extend([("cuda_allocated", c.allocated_bytes), ("cuda_reserved", c.reserved_bytes), ("cuda_num_ooms", c.num_ooms)]);
+            gauges.push(("cuda_num_ooms", c.num_ooms));
         }
         if let Some(n) = m.nvml {
             gauges.push(("nvml_device_used", n.device_used_bytes as i64));
-            if let Some(p) = n.process_used_bytes {
-                gauges.push(("nvml_process_used", p as i64));
-            }
         }
         for (probe, value) in gauges {
             self.memory.get_or_create(&ProbeLabels { variant: self.variant.clone(), probe: probe.into() }).set(value);
         }
-        for (stage, bytes) in Stage::ALL.iter().zip(sample.stage_live_bytes) {
+        for (stage, bytes) in sample.stage_live_bytes.iter() {
             self.stage_memory.get_or_create(&StageLabels { variant: self.variant.clone(), stage: stage.name().into() }).set(bytes);
         }
     }

@@ -7,41 +7,28 @@
 use crate::causes::cache::{bucket_rows, FeatureCache};
 use crate::causes::graph::{self, RunningMean};
 use crate::causes::refs::History;
-use crate::variant::{Mode, Variant};
 use leaklab_model::{Mlp, ModelConfig};
-use leaklab_probe::{cpu, cuda, MemoryContext, MemorySample, Probes};
+use leaklab_probe::{cpu, cuda, MemoryContext, MemorySample, Nvml, Probes};
+use leaklab_vocab::{Device, Mode, RequestSample, Stage, StageBytes, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    Preprocess,
-    Forward,
-    Postprocess,
-    Telemetry,
+/// A stage's memory context, interned once (this is on every request's path).
+pub fn stage_context(stage: Stage) -> MemoryContext {
+    static CONTEXTS: std::sync::OnceLock<[MemoryContext; 4]> = std::sync::OnceLock::new();
+    CONTEXTS.get_or_init(|| Stage::ALL.map(|s| MemoryContext::named(s.name())))[stage as usize]
 }
 
-impl Stage {
-    pub const ALL: [Stage; 4] = [Stage::Preprocess, Stage::Forward, Stage::Postprocess, Stage::Telemetry];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Preprocess => "preprocess",
-            Stage::Forward => "forward",
-            Stage::Postprocess => "postprocess",
-            Stage::Telemetry => "telemetry",
-        }
-    }
-
-    /// The stage's memory context, interned once (this is on every request's path).
-    pub fn context(self) -> MemoryContext {
-        static CONTEXTS: std::sync::OnceLock<[MemoryContext; 4]> = std::sync::OnceLock::new();
-        CONTEXTS.get_or_init(|| Stage::ALL.map(|s| MemoryContext::named(s.name())))[self as usize]
-    }
+/// How much a per-request sample reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleDepth {
+    /// Every probe, NVML included.
+    Full,
+    /// The allocators (atomics, cheap); the process probes are carried over.
+    Allocators,
 }
 
 /// A validated batch: `rows × features` finite f32 values, row-major.
@@ -66,7 +53,7 @@ impl Batch {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PipelineConfig {
     pub model: ModelConfig,
-    pub device: DeviceChoice,
+    pub device: Device,
     /// Entries the fixed history keeps.
     pub history_capacity: usize,
     /// Bytes the fixed feature cache may hold.
@@ -75,24 +62,16 @@ pub struct PipelineConfig {
     pub cuda_slack_watermark_bytes: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceChoice {
-    Cpu,
-    Cuda,
-}
-
-impl DeviceChoice {
-    pub fn device(self) -> Device {
-        match self {
-            DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda => Device::Cuda(0),
-        }
+/// The tch device that `device` names (the first GPU for CUDA).
+pub fn tch_device(device: Device) -> tch::Device {
+    match device {
+        Device::Cpu => tch::Device::Cpu,
+        Device::Cuda => tch::Device::Cuda(0),
     }
 }
 
 impl PipelineConfig {
-    pub fn new(model: ModelConfig, device: DeviceChoice) -> PipelineConfig {
+    pub fn new(model: ModelConfig, device: Device) -> PipelineConfig {
         PipelineConfig { model, device, history_capacity: 1024, cache_capacity_bytes: 4 << 20, cuda_slack_watermark_bytes: 256 << 20 }
     }
 }
@@ -103,16 +82,6 @@ pub struct Inference {
     pub request: u64,
     pub outputs: Vec<Vec<f32>>,
     pub cached: bool,
-}
-
-/// Memory after one request, as the service's own probes saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestSample {
-    pub request: u64,
-    pub latency_us: u64,
-    /// Live bytes per stage of birth, in [`Stage::ALL`] order.
-    pub stage_live_bytes: [i64; 4],
-    pub memory: MemorySample,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,10 +110,10 @@ impl Pipeline {
     pub fn new(variant: Variant, config: PipelineConfig) -> Result<Pipeline, leaklab_probe::Error> {
         cpu::install()?;
         let probes = match config.device {
-            DeviceChoice::Cpu => Probes::cpu(),
-            DeviceChoice::Cuda => Probes::cuda(0)?,
+            Device::Cpu => Probes::cpu(),
+            Device::Cuda => Probes::cuda(0)?,
         };
-        let model = Mlp::new(config.model, config.device.device());
+        let model = Mlp::new(config.model, tch_device(config.device));
         Ok(Pipeline {
             variant,
             config,
@@ -152,7 +121,7 @@ impl Pipeline {
             stats: RunningMean::new(variant.graph()),
             history: variant.refs().map(|m| History::new(m, config.history_capacity)),
             cache: variant.cache().map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
-            last_full: probes.sample(false),
+            last_full: probes.sample(Nvml::Skip),
             probes,
             requests: 0,
         })
@@ -195,7 +164,7 @@ impl Pipeline {
         Ok(Inference { request: self.requests, outputs, cached })
     }
 
-    fn preprocess(&mut self, batch: &Batch, device: Device) -> (Tensor, bool) {
+    fn preprocess(&mut self, batch: &Batch, device: tch::Device) -> (Tensor, bool) {
         let key = batch.key();
         if let Some(x) = self.cache.as_mut().and_then(|c| c.get(key)) {
             return (x, true);
@@ -235,26 +204,28 @@ impl Pipeline {
         }
     }
 
-    /// The per-stage live bytes and the allocators, read now; with `full`, also RSS, the malloc
-    /// heap and NVML (slow: read them every N requests), else those carried from the last full one.
-    pub fn sample(&mut self, latency_us: u64, full: bool) -> RequestSample {
+    /// The per-stage live bytes and the allocators, read now; at [`SampleDepth::Full`] also
+    /// RSS, the malloc heap and NVML (slow: read them every N requests), else those carried
+    /// from the last full sample.
+    pub fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
         let by_context = cpu::live_by_context();
-        let stage_live_bytes = Stage::ALL.map(|s| {
-            let ctx = s.context();
+        let stage_live_bytes = StageBytes::from_fn(|s| {
+            let ctx = stage_context(s);
             by_context.iter().find(|(c, _)| *c == ctx).map_or(0, |(_, b)| *b)
         });
-        let memory = if full {
-            self.last_full = self.probes.sample(true);
-            self.last_full.clone()
-        } else {
-            self.probes.sample_allocators(&self.last_full)
+        let memory = match depth {
+            SampleDepth::Full => {
+                self.last_full = self.probes.sample(Nvml::Read);
+                self.last_full.clone()
+            }
+            SampleDepth::Allocators => self.probes.sample_allocators(&self.last_full),
         };
         RequestSample { request: self.requests, latency_us, stage_live_bytes, memory }
     }
 }
 
 fn stage<T>(stage: Stage, body: impl FnOnce() -> T) -> Result<T, InferError> {
-    let _ctx = stage.context().enter();
+    let _ctx = stage_context(stage).enter();
     catch_unwind(AssertUnwindSafe(body)).map_err(|panic| {
         let message = panic
             .downcast_ref::<String>()
@@ -266,7 +237,7 @@ fn stage<T>(stage: Stage, body: impl FnOnce() -> T) -> Result<T, InferError> {
 }
 
 fn postprocess(y: &Tensor) -> Vec<Vec<f32>> {
-    let y = y.detach().to_device(Device::Cpu).to_kind(Kind::Float).contiguous();
+    let y = y.detach().to_device(tch::Device::Cpu).to_kind(Kind::Float).contiguous();
     let cols = y.size()[1] as usize;
     let flat = Vec::<f32>::try_from(y.flatten(0, -1)).expect("a float tensor converts to Vec<f32>");
     flat.chunks(cols).map(<[f32]>::to_vec).collect()

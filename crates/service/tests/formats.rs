@@ -21,7 +21,10 @@ async fn infer_memory_and_metrics_formats() {
         ".sample.memory.cpu.*" => "[bytes]",
         ".sample.memory.rss_bytes" => "[bytes]",
         ".sample.memory.heap_bytes" => "[bytes]",
-        ".sample.stage_live_bytes[]" => "[bytes]",
+        ".sample.stage_live_bytes.preprocess" => "[bytes]",
+        ".sample.stage_live_bytes.forward" => "[bytes]",
+        ".sample.stage_live_bytes.postprocess" => "[bytes]",
+        ".sample.stage_live_bytes.telemetry" => "[bytes]",
     });
 
     let (status, text) = call(&r, "GET", "/metrics", None, Vec::new()).await;

@@ -8,7 +8,7 @@
 use leaklab_model::Scale;
 use leaklab_probe::{cuda, nvml::NvmlProbe};
 use leaklab_service::api::{synthetic_request, validate};
-use leaklab_service::{Batch, DeviceChoice, Pipeline, PipelineConfig, Variant};
+use leaklab_service::{Batch, Device, Pipeline, PipelineConfig, Variant};
 
 const ROWS: usize = 8;
 
@@ -18,7 +18,7 @@ fn batch(index: u64, rows: usize) -> Batch {
 
 fn pipeline(variant: Variant) -> Pipeline {
     assert!(cuda::is_available(), "gpu-tests need a CUDA device");
-    let mut config = PipelineConfig::new(Scale::Default.config(), DeviceChoice::Cuda);
+    let mut config = PipelineConfig::new(Scale::Default.config(), Device::Cuda);
     config.cache_capacity_bytes = 5 * 4 * ROWS * 512;
     Pipeline::new(variant, config).expect("CUDA pipeline")
 }
@@ -65,7 +65,7 @@ fn cuda_allocated_grows_by_exactly_what_each_cause_keeps() {
 #[test]
 fn varied_shapes_grow_reserved_memory_and_the_fixed_cache_path_hands_it_back() {
     let slack = |variant: Variant| {
-        let mut config = PipelineConfig::new(Scale::Default.config(), DeviceChoice::Cuda);
+        let mut config = PipelineConfig::new(Scale::Default.config(), Device::Cuda);
         config.cuda_slack_watermark_bytes = 8 << 20;
         let mut p = Pipeline::new(variant, config).unwrap();
         cuda::empty_cache().unwrap();

@@ -36,7 +36,7 @@ impl Exercise for Service {
         Vec::<f32>::try_from(y.detach().flatten(0, -1)).expect("f32 output")
     }
 
-    fn mean_output(&self) -> f64 {
+    fn statistic(&self) -> f64 {
         self.total.double_value(&[]) / self.count.max(1) as f64
     }
 }

@@ -1,9 +1,10 @@
 //! Workshop exercises: one leaky service per cause, plus the seed container with all three.
 //!
 //! The learner edits `src/exN_*.rs`; `cargo xtask lab check N` runs that code under the leak
-//! check and against the model's true outputs. The reference solutions live in
-//! `lab/solutions/` and are compiled beside the exercises, so the tests prove both halves: every
-//! untouched exercise fails its check, every solution passes it.
+//! check and against the model's true outputs. The pristine copies in `original/` and the
+//! reference solutions in `lab/solutions/` are compiled beside them, so the tests prove both
+//! halves (every untouched exercise fails its check, every solution passes it) without ever
+//! running the learner's files: a learner's fix cannot turn the test suite red.
 
 use leaklab_detect::{human_bytes, Verdict};
 use leaklab_model::{Mlp, Scale};
@@ -17,6 +18,10 @@ pub mod ex2_refs;
 pub mod ex3_cache;
 pub mod ex4_seed;
 
+/// The exercises as shipped, compiled from lab/exercises/original/.
+#[path = "../original/mod.rs"]
+pub mod original;
+
 /// The reference solutions, compiled from lab/solutions/.
 #[path = "../../solutions/mod.rs"]
 pub mod solutions;
@@ -25,8 +30,9 @@ pub mod solutions;
 pub trait Exercise {
     /// Runs the model on a batch of inputs and returns the outputs, row-major.
     fn handle(&mut self, model: &Mlp, x: &Tensor) -> Vec<f32>;
-    /// A statistic the service keeps across requests (it must survive the fix).
-    fn mean_output(&self) -> f64;
+    /// A statistic the service keeps across requests (a mean, a peak or a count, depending on
+    /// the exercise); it must stay a finite number after the fix.
+    fn statistic(&self) -> f64;
 }
 
 pub struct Info {
@@ -47,18 +53,33 @@ pub fn info(n: usize) -> anyhow::Result<&'static Info> {
     EXERCISES.iter().find(|e| e.number == n).ok_or_else(|| anyhow::anyhow!("no exercise {n}; `cargo xtask lab list` shows 1 to {}", EXERCISES.len()))
 }
 
-/// The learner's version of exercise `n`, or the reference solution.
-pub fn service(n: usize, solution: bool) -> anyhow::Result<Box<dyn Exercise>> {
+/// Which copy of an exercise to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The learner's working copy in `src/` (what `cargo xtask lab check N` runs).
+    Learner,
+    /// The pristine copy in `original/` (what the tests run).
+    Original,
+    /// The reference solution in `lab/solutions/`.
+    Solution,
+}
+
+/// Exercise `n` in the given version.
+pub fn service(n: usize, version: Version) -> anyhow::Result<Box<dyn Exercise>> {
     info(n)?;
-    Ok(match (n, solution) {
-        (1, false) => Box::new(ex1_graph::Service::new()),
-        (2, false) => Box::new(ex2_refs::Service::new()),
-        (3, false) => Box::new(ex3_cache::Service::new()),
-        (4, false) => Box::new(ex4_seed::Service::new()),
-        (1, true) => Box::new(solutions::ex1_graph::Service::new()),
-        (2, true) => Box::new(solutions::ex2_refs::Service::new()),
-        (3, true) => Box::new(solutions::ex3_cache::Service::new()),
-        _ => Box::new(solutions::ex4_seed::Service::new()),
+    Ok(match (version, n) {
+        (Version::Learner, 1) => Box::new(ex1_graph::Service::new()),
+        (Version::Learner, 2) => Box::new(ex2_refs::Service::new()),
+        (Version::Learner, 3) => Box::new(ex3_cache::Service::new()),
+        (Version::Learner, _) => Box::new(ex4_seed::Service::new()),
+        (Version::Original, 1) => Box::new(original::ex1_graph::Service::new()),
+        (Version::Original, 2) => Box::new(original::ex2_refs::Service::new()),
+        (Version::Original, 3) => Box::new(original::ex3_cache::Service::new()),
+        (Version::Original, _) => Box::new(original::ex4_seed::Service::new()),
+        (Version::Solution, 1) => Box::new(solutions::ex1_graph::Service::new()),
+        (Version::Solution, 2) => Box::new(solutions::ex2_refs::Service::new()),
+        (Version::Solution, 3) => Box::new(solutions::ex3_cache::Service::new()),
+        (Version::Solution, _) => Box::new(solutions::ex4_seed::Service::new()),
     })
 }
 
@@ -80,15 +101,8 @@ const ITERATIONS: usize = 200;
 /// is exercised (hits must return the right outputs too).
 fn input(i: usize) -> Tensor {
     let seed = if i % 5 == 4 { i - 3 } else { i } as u64;
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let values: Vec<f32> = (0..ROWS * 512)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect();
+    let mut rng = leaklab_vocab::SeededRng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let values: Vec<f32> = (0..ROWS * 512).map(|_| rng.symmetric() as f32).collect();
     Tensor::from_slice(&values).view([ROWS, 512])
 }
 
@@ -101,7 +115,12 @@ pub struct Outcome {
 /// plain words how it went.
 pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
     let info = info(n)?;
-    let model = Mlp::new(Scale::Default.config(), Device::Cpu);
+    // The weights live in a context of their own: built while another exercise's check runs
+    // (the tests run in parallel), they must not count as that check's memory.
+    let model = {
+        let _ctx = leaklab_probe::MemoryContext::named("reference model").enter();
+        Mlp::new(Scale::Default.config(), Device::Cpu)
+    };
     let wrong = RefCell::new(Vec::<String>::new());
     let report = TorchLeakCheck::new(WARMUP, ITERATIONS).run(|i| {
         let x = input(i);
@@ -144,7 +163,7 @@ pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
     } else {
         text.push_str(&format!("  Outputs are WRONG on {} requests, e.g. {}.\n", wrong.len(), wrong[0]));
     }
-    let statistic = service.mean_output();
+    let statistic = service.statistic();
     if !statistic.is_finite() {
         text.push_str("  The service's statistic is not a finite number: keep it working.\n");
     }

@@ -1,6 +1,7 @@
 //! `cargo xtask lab list | check N [--solution] | reset N`.
 
 use anyhow::{bail, Result};
+use leaklab_exercises::Version;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,8 +18,8 @@ fn main() -> Result<()> {
         Some("check") => {
             leaklab_probe::cpu::install()?;
             let n = number(1)?;
-            let solution = args.iter().any(|a| a == "--solution");
-            let mut service = leaklab_exercises::service(n, solution)?;
+            let version = if args.iter().any(|a| a == "--solution") { Version::Solution } else { Version::Learner };
+            let mut service = leaklab_exercises::service(n, version)?;
             let outcome = leaklab_exercises::check(n, service.as_mut())?;
             print!("{}", outcome.text);
             if !outcome.passed {

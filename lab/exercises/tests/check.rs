@@ -1,7 +1,8 @@
 //! Every untouched exercise fails its check; every reference solution passes it; a "fix" that
-//! answers nothing fails; the files `reset` restores are the ones shipped.
+//! answers nothing fails. These run the pristine `original/` copies, never the learner's
+//! `src/`, so a learner's fix (or a half-done one) cannot turn `cargo xtask test` red.
 
-use leaklab_exercises::{check, service, Exercise, EXERCISES};
+use leaklab_exercises::{check, service, Exercise, Version, EXERCISES};
 use leaklab_model::Mlp;
 use tch::Tensor;
 
@@ -9,11 +10,11 @@ use tch::Tensor;
 fn untouched_exercises_fail_and_solutions_pass() {
     leaklab_probe::cpu::install().unwrap();
     for e in &EXERCISES {
-        let untouched = check(e.number, service(e.number, false).unwrap().as_mut()).unwrap();
+        let untouched = check(e.number, service(e.number, Version::Original).unwrap().as_mut()).unwrap();
         assert!(!untouched.passed, "exercise {} passes untouched:\n{}", e.number, untouched.text);
         assert!(untouched.text.contains("It still leaks"), "{}", untouched.text);
         assert!(untouched.text.contains("hours at one request every 32 s"), "{}", untouched.text);
-        let solved = check(e.number, service(e.number, true).unwrap().as_mut()).unwrap();
+        let solved = check(e.number, service(e.number, Version::Solution).unwrap().as_mut()).unwrap();
         assert!(solved.passed, "the solution of exercise {} fails:\n{}", e.number, solved.text);
     }
 }
@@ -24,7 +25,7 @@ impl Exercise for AnswersNothing {
     fn handle(&mut self, _: &Mlp, _: &Tensor) -> Vec<f32> {
         Vec::new()
     }
-    fn mean_output(&self) -> f64 {
+    fn statistic(&self) -> f64 {
         0.0
     }
 }
@@ -38,11 +39,19 @@ fn a_fix_that_answers_nothing_fails() {
 }
 
 #[test]
-fn the_shipped_exercises_are_their_originals() {
+fn no_test_runs_the_learners_files() {
+    // What makes a learner's fix unable to turn the suite red: the tests name only the
+    // pristine copies and the solutions. (The exercises' binary, `cargo xtask lab check N`, is
+    // what runs the learner's files.)
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let learner = ["Version::", "Learner"].concat();
+    for test in std::fs::read_dir(root.join("tests")).unwrap().flatten() {
+        let text = std::fs::read_to_string(test.path()).unwrap();
+        assert!(!text.contains(&learner), "{} runs the learner's files", test.path().display());
+    }
     for e in &EXERCISES {
-        let shipped = std::fs::read_to_string(root.join("src").join(e.file)).unwrap();
         let original = std::fs::read_to_string(root.join("original").join(e.file)).unwrap();
-        assert_eq!(shipped, original, "lab/exercises/src/{} differs from original/ (run `cargo xtask lab reset {}` or update original/)", e.file, e.number);
+        let solution = std::fs::read_to_string(root.join("../solutions").join(e.file)).unwrap();
+        assert_ne!(original, solution, "exercise {} has a solution that differs from it", e.number);
     }
 }

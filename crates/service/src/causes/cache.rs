@@ -5,7 +5,7 @@
 //! behind it: the caching allocator keeps freed blocks reserved, and varied batch shapes keep
 //! asking for new block sizes, so reserved memory climbs while allocated memory does not.
 
-use crate::variant::Mode;
+use leaklab_vocab::Mode;
 use lru::LruCache;
 use std::collections::HashMap;
 use tch::Tensor;

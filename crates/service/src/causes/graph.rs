@@ -5,7 +5,7 @@
 //! That alone is freed with the output, but fold the output into a running statistic *as a
 //! tensor* (`acc = acc + y.mean()`) and every request's graph hangs off the statistic for good.
 
-use crate::variant::Mode;
+use leaklab_vocab::Mode;
 use leaklab_model::Mlp;
 use leaklab_probe::inference_mode;
 use tch::{Kind, Tensor};

@@ -3,7 +3,7 @@
 //! A metrics history that stores output tensors instead of numbers keeps every output's storage
 //! (on the GPU, in the reference scenario) alive for as long as the history lives.
 
-use crate::variant::Mode;
+use leaklab_vocab::Mode;
 use std::collections::VecDeque;
 use tch::{Device, Tensor};
 

@@ -7,13 +7,13 @@ use axum::Router;
 use http_body_util::BodyExt;
 use leaklab_model::Scale;
 use leaklab_service::api::synthetic_request;
-use leaklab_service::{DeviceChoice, PipelineConfig, ServiceConfig, Variant};
+use leaklab_service::{Device, PipelineConfig, ServiceConfig, Variant};
 use tower::ServiceExt;
 
 pub const BATCH: usize = 8;
 
 pub fn config(variant: Variant) -> ServiceConfig {
-    let mut pipeline = PipelineConfig::new(Scale::Default.config(), DeviceChoice::Cpu);
+    let mut pipeline = PipelineConfig::new(Scale::Default.config(), Device::Cpu);
     // Five entries' worth, so the fixed cache is full after five requests.
     pipeline.cache_capacity_bytes = 5 * 4 * BATCH * 512;
     let mut config = ServiceConfig::new(variant, pipeline);

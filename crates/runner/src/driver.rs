@@ -6,24 +6,23 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::ProgressBar;
-use leaklab_model::Scale;
-use leaklab_service::api::synthetic_request;
-use leaklab_service::{RequestSample, Variant};
+use leaklab_vocab::{synthetic_request, Device, RequestSample, Scale, Variant};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Read, Seek};
+use std::io::{Read, Seek};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunOptions {
-    /// The `leaklab` binary, whose `serve` subcommand is the service.
-    pub exe: PathBuf,
+    /// The `leaklab-service` binary, whose `serve` subcommand is the service.
+    pub service: PathBuf,
     pub scale: Scale,
-    /// `cpu` or `cuda`, passed to the service.
-    pub device: String,
+    pub device: Device,
     pub warmup: usize,
     pub requests: usize,
     pub concurrency: usize,
@@ -77,12 +76,12 @@ struct ServiceProcess {
 }
 
 impl ServiceProcess {
-    fn start(options: &RunOptions, variant: Variant) -> Result<ServiceProcess> {
+    async fn start(options: &RunOptions, variant: Variant) -> Result<ServiceProcess> {
         let stderr = tempfile::tempfile()?;
         let mut command = match &options.twin {
             None => {
-                let mut c = Command::new(&options.exe);
-                c.args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", &options.device])
+                let mut c = Command::new(&options.service);
+                c.args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", options.device.name()])
                     .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
                     .args(["--memory-history", &options.memory_history_entries.to_string()])
                     .args(["--max-batch", &options.scale.batch().to_string()]);
@@ -100,37 +99,41 @@ impl ServiceProcess {
         // The service must not outlive the lab, even when the lab is killed outright.
         // SAFETY: prctl is async-signal-safe, and nothing else runs between fork and exec.
         unsafe {
-            use std::os::unix::process::CommandExt;
             command.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
         }
+        let program = command.as_std().get_program().to_owned();
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr.try_clone()?)
+            .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start {}", options.exe.display()))?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // Hand over the address line, then keep draining so the service never blocks on stdout.
-            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            .with_context(|| format!("cannot start {}", PathBuf::from(program).display()))?;
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+        // The service prints its address once it listens; the lab asked for port 0.
+        let address = tokio::time::timeout(options.start_timeout, async {
+            while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(url) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(url.trim().to_string());
+                    return Some(url.trim().to_string());
                 }
             }
-        });
+            None
+        })
+        .await;
+        // Keep draining stdout so the service never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let mut process = ServiceProcess { child, base: String::new(), stderr };
-        match rx.recv_timeout(options.start_timeout) {
-            Ok(base) => {
+        match address {
+            Ok(Some(base)) => {
                 process.base = base;
                 Ok(process)
             }
-            Err(_) => {
-                let reason = process.exit_reason().unwrap_or_else(|| format!("no address after {:?}", options.start_timeout));
-                process.kill();
+            _ => {
+                let reason = process.exit_reason().await.unwrap_or_else(|| format!("no address after {:?}", options.start_timeout));
+                process.kill().await;
                 bail!("the service did not start: {reason}")
             }
         }
@@ -138,15 +141,8 @@ impl ServiceProcess {
 
     /// If the process has exited, or exits within a moment (a request can fail while a dying
     /// process is still being torn down): its status and the last lines it wrote to stderr.
-    fn exit_reason(&mut self) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                _ => return None,
-            }
-        };
+    async fn exit_reason(&mut self) -> Option<String> {
+        let status = tokio::time::timeout(Duration::from_secs(3), self.child.wait()).await.ok()?.ok()?;
         let mut text = String::new();
         let _ = self.stderr.rewind();
         let _ = self.stderr.read_to_string(&mut text);
@@ -154,30 +150,18 @@ impl ServiceProcess {
         Some(format!("service exited ({status}); stderr: {}", if tail.is_empty() { "(empty)".to_string() } else { tail.join(" | ") }))
     }
 
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    async fn kill(&mut self) {
+        let _ = self.child.kill().await;
     }
 
     /// SIGTERM, a few seconds for a graceful exit, then SIGKILL.
-    fn stop(mut self) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: signalling our own child by its pid.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
-        self.kill();
-    }
-}
-
-impl Drop for ServiceProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.kill();
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+            self.kill().await;
         }
     }
 }
@@ -186,7 +170,7 @@ impl Drop for ServiceProcess {
 pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &ProgressBar) -> VariantRun {
     let started = Instant::now();
     let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, load_seconds: 0.0, latencies_us: Vec::new(), seconds: 0.0, failure: None };
-    let mut service = match ServiceProcess::start(options, variant) {
+    let mut service = match ServiceProcess::start(options, variant).await {
         Ok(s) => s,
         Err(e) => {
             run.failure = Some(format!("{e:#}"));
@@ -203,7 +187,7 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
             run.latencies_us = latencies;
         }
         Err(e) => {
-            run.failure = Some(service.exit_reason().unwrap_or_else(|| format!("{e:#}")));
+            run.failure = Some(service.exit_reason().await.unwrap_or_else(|| format!("{e:#}")));
             return run;
         }
     }
@@ -212,9 +196,9 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
             run.samples = samples;
             run.snapshot = snapshot;
         }
-        Err(e) => run.failure = Some(service.exit_reason().unwrap_or_else(|| format!("{e:#}"))),
+        Err(e) => run.failure = Some(service.exit_reason().await.unwrap_or_else(|| format!("{e:#}"))),
     }
-    service.stop();
+    service.stop().await;
     run.seconds = started.elapsed().as_secs_f64();
     run
 }

@@ -4,9 +4,9 @@
 
 use crate::driver::{run_variant, RunOptions, VariantRun};
 use crate::files::write_atomic;
-use crate::judge::RSS_NOISE_BYTES;
-use leaklab_detect::{human_bytes, judge, DetectorConfig, Judgement, Verdict};
-use leaklab_service::Variant;
+use crate::judge::{config_for, series};
+use leaklab_detect::{human_bytes, judge, Judgement, Verdict};
+use leaklab_vocab::{Probe, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -21,7 +21,7 @@ pub struct Latency {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakResult {
-    pub variant: String,
+    pub variant: Variant,
     pub requests: usize,
     pub errors: u64,
     pub seconds: f64,
@@ -46,11 +46,9 @@ fn latency(us: &[u64]) -> Option<Latency> {
 }
 
 pub fn judge_soak(run: &VariantRun, options: &RunOptions) -> SoakResult {
-    let live: Vec<(u64, i64)> = run.samples.iter().map(|s| (s.request, s.memory.cpu.live_bytes)).collect();
-    let rss: Vec<(u64, i64)> = run.samples.iter().map(|s| (s.request, s.memory.rss_bytes as i64)).collect();
     // The fixed cache fills during the first requests; judge from past the warm-up.
-    let allocator = judge(&live, &DetectorConfig::exact(options.warmup)).ok();
-    let rss = judge(&rss, &DetectorConfig::noisy(options.warmup, RSS_NOISE_BYTES)).ok();
+    let judged = |probe: Probe| series(&run.samples, probe).and_then(|s| judge(&s, &config_for(probe, options.warmup)).ok());
+    let (allocator, rss) = (judged(Probe::CpuAllocator), judged(Probe::Rss));
     let measured = run.latencies_us.get(options.warmup.min(run.latencies_us.len())..).unwrap_or(&[]);
     let tenth = (measured.len() / 10).max(1).min(measured.len());
     let (latency_start, latency_end) = (latency(&measured[..tenth]), latency(&measured[measured.len() - tenth..]));
@@ -58,7 +56,7 @@ pub fn judge_soak(run: &VariantRun, options: &RunOptions) -> SoakResult {
         && run.errors == 0
         && allocator.as_ref().is_some_and(|j| j.verdict != Verdict::Leak && j.slope.bytes_per_request == 0.0);
     SoakResult {
-        variant: run.variant.name().into(),
+        variant: run.variant,
         requests: run.samples.len(),
         errors: run.errors,
         seconds: run.seconds,

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use crate::process::{run, run_as_is};
 use std::process::Command;
 
 /// The libtorch release that tch 0.24 is built for (torch-sys checks it at build time).
@@ -99,47 +100,25 @@ impl Torch {
         }
     }
 
-    /// `cargo run --release -p leaklab -- <sub> <args>`: the lab's binary does the work.
+    /// Builds `leaklab` and `leaklab-service` in release mode and runs `leaklab <sub> <args>`,
+    /// exiting with its status: the lab's binary does the work and the reporting.
     pub fn leaklab(&self, sub: &[&str], args: &[String]) -> Result<()> {
-        let mut cmd = self.cargo();
-        cmd.args(["run", "--quiet", "--release", "--package", "leaklab", "--"]).args(sub).args(args);
+        let mut build = self.cargo();
+        build.args(["build", "--quiet", "--release", "--package", "leaklab", "--package", "leaklab-service"]);
+        run(build)?;
+        let mut cmd = Command::new(workspace_root().join("target/release/leaklab"));
+        cmd.envs(self.env()).args(sub).args(args);
         run_as_is(cmd)
     }
 
-    /// Everything: unit, integration and doc tests, the benches once each in test mode, the
-    /// bench smoke against the Python twin, the alert rule under promtool, and the device bundle
-    /// run here on CPU. Extra arguments go to `cargo test` and skip the last two steps.
-    pub fn test(&self, args: &[String]) -> Result<()> {
-        self.ensure_python_packages()?;
-        let mut all = self.cargo();
-        all.args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
-        let mut docs = self.cargo();
-        docs.args(["test", "--workspace", "--no-fail-fast", "--doc"]).args(args);
-        let (all, docs) = (run(all), run(docs));
-        all.and(docs)?;
-        if args.is_empty() {
-            promtool_rules()?;
-            crate::bundle::run(self, &["--smoke".to_string()])?;
-        }
-        Ok(())
-    }
-
-    /// Criterion groups, then the HTTP comparison with the Python twin; writes docs/benchmarks.md.
-    pub fn bench(&self, args: &[String]) -> Result<()> {
-        self.ensure_python_packages()?;
-        let mut criterion = self.cargo();
-        criterion.args(["bench", "--package", "leaklab-service", "--bench", "fixes", "--package", "leaklab-probe", "--bench", "probe_overhead"]);
-        run(criterion)?;
-        self.leaklab(&["bench"], args)
-    }
-
-    /// The Python twin's packages (FastAPI, uvicorn, safetensors), in the same python as torch.
+    /// The Python twin's packages (FastAPI, uvicorn, safetensors, prometheus_client), in the
+    /// same python as torch.
     pub fn ensure_python_packages(&self) -> Result<()> {
         let Some(python) = &self.python else { return Ok(()) };
-        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors"]).output().map(|o| o.status.success()).unwrap_or(false);
+        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors, prometheus_client"]).output().map(|o| o.status.success()).unwrap_or(false);
         if !present {
-            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors) into {}", python.display());
-            pip_install(python, &["fastapi", "uvicorn", "safetensors"])?;
+            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors, prometheus_client) into {}", python.display());
+            pip_install(python, &["fastapi", "uvicorn", "safetensors", "prometheus_client"])?;
         }
         Ok(())
     }
@@ -147,50 +126,6 @@ impl Torch {
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
-}
-
-pub fn run(mut cmd: Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
-    if !status.success() {
-        bail!("{:?} {} failed ({status})", cmd.get_program(), cmd.get_args().next().map(|a| a.to_string_lossy()).unwrap_or_default());
-    }
-    Ok(())
-}
-
-/// `promtool test rules` on the runbook's alert rule. promtool comes with Debian's `prometheus`
-/// package: installed when missing and apt-get can (as root); otherwise the step says it was
-/// skipped rather than pretending to pass.
-fn promtool_rules() -> Result<()> {
-    let has_promtool = || Command::new("promtool").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
-    if !has_promtool() {
-        let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
-        if root && Command::new("apt-get").arg("--version").output().is_ok() {
-            eprintln!("leaklab: installing Debian's prometheus package for promtool");
-            let install = || Command::new("apt-get").args(["install", "-y", "-q", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive").status().map(|s| s.success()).unwrap_or(false);
-            // A fresh machine may have no package lists yet.
-            if !install() {
-                let _ = Command::new("apt-get").args(["update", "-q"]).status();
-                install();
-            }
-        }
-    }
-    if !has_promtool() {
-        eprintln!("leaklab: SKIPPED promtool test rules: promtool is not installed and could not be (apt-get install prometheus)");
-        return Ok(());
-    }
-    let mut cmd = Command::new("promtool");
-    cmd.current_dir(workspace_root().join("docs/prometheus")).args(["test", "rules", "leaklab-alerts.test.yml"]);
-    run(cmd).context("the alert rule's promtool test failed")
-}
-
-/// Runs a command that reports for itself, and exits with its status: a verdict table that
-/// says "FAIL" needs no second error message from the xtask.
-pub fn run_as_is(mut cmd: Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
-    if !status.success() {
-        std::process::exit(status.code().unwrap_or(1));
-    }
-    Ok(())
 }
 
 fn prepend_path(dir: &Path, var: &str) -> OsString {

@@ -1,10 +1,13 @@
-//! The lab: every variant run as its own service process on a loopback port, driven by a load
-//! client, sampled on every request by the service's own probes, judged by the detector, and
-//! written up as a table, a report and plots.
+//! The run-lab driver: every variant run as its own service process on a loopback port,
+//! driven by a load client, sampled on every request by the service's own probes, judged by
+//! the detector, and written up as a table, a report and plots. The soak and the HTTP side of
+//! the benchmarks drive the same processes.
 //!
-//! The lab knows the service only through HTTP and its sample format; it never links libtorch.
+//! It knows the service only through HTTP, the `leaklab-service` command line and the
+//! vocabulary's sample format; it never links libtorch (tidy checks its dependency tree).
 
 pub mod bench;
+pub mod commands;
 pub mod driver;
 pub mod expect;
 pub mod files;
@@ -14,11 +17,11 @@ pub mod report;
 pub mod soak;
 
 pub use driver::{PythonTwin, RunOptions, VariantRun};
-pub use judge::{judge_run, VariantResult};
+pub use judge::{judge_run, Outcome, ProbeVerdict, VariantResult};
 pub use report::LabReport;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use leaklab_service::Variant;
+use leaklab_vocab::Variant;
 use std::time::Instant;
 
 /// Runs `variants` one after another (each its own service process) and judges them all.
@@ -33,7 +36,7 @@ pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) ->
         let bar = bars.add(ProgressBar::new(options.total_requests() as u64).with_style(style.clone()).with_prefix(variant.name().to_string()));
         let run = driver::run_variant(options, variant, &bar).await;
         let result = judge_run(&run, options);
-        let msg = match (&result.failure, &result.primary) {
+        let msg = match (result.failure(), result.primary()) {
             (Some(f), _) => format!("FAILED: {}", f.chars().take(80).collect::<String>()),
             (None, Some(p)) => format!("{} ({})", p.judgement.verdict, if result.passed { "as expected" } else { "UNEXPECTED" }),
             (None, None) => "no verdict".into(),

@@ -4,13 +4,11 @@
 
 use crate::driver::{run_variant, PythonTwin, RunOptions, VariantRun};
 use crate::files::write_atomic;
-use leaklab_detect::{human_bytes, judge, DetectorConfig};
-use leaklab_service::Variant;
+use crate::judge::{config_for, series};
+use leaklab_detect::{human_bytes, judge};
+use leaklab_vocab::{Probe, Variant};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// The shared probe for the cross-check: glibc's heap (PyTorch exposes no CPU allocator counts).
-const HEAP_NOISE_BYTES: f64 = 1e6;
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -32,7 +30,7 @@ pub struct Throughput {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeakCrossCheck {
-    pub variant: String,
+    pub variant: Variant,
     pub rust_heap_bytes_per_request: Option<f64>,
     pub python_heap_bytes_per_request: Option<f64>,
     pub rust_allocator_bytes_per_request: Option<f64>,
@@ -59,10 +57,10 @@ fn throughput(run: &VariantRun, rows: i64) -> Option<Throughput> {
     Some(Throughput { requests, errors: run.errors, seconds: run.load_seconds, requests_per_second: rps, samples_per_second: rps * rows as f64 })
 }
 
-fn heap_slope(run: &VariantRun, warmup: usize, allocator: bool) -> Option<f64> {
-    let series: Vec<(u64, i64)> = run.samples.iter().map(|s| (s.request, if allocator { s.memory.cpu.live_bytes } else { s.memory.heap_bytes as i64 })).collect();
-    let config = if allocator { DetectorConfig::exact(warmup) } else { DetectorConfig::noisy(warmup, HEAP_NOISE_BYTES) };
-    judge(&series, &config).ok().map(|j| j.slope.bytes_per_request)
+/// Bytes per request on `probe`. The cross-check compares the malloc heap, the one probe both
+/// services share (PyTorch exposes no CPU allocator counts).
+fn slope(run: &VariantRun, warmup: usize, probe: Probe) -> Option<f64> {
+    judge(&series(&run.samples, probe)?, &config_for(probe, warmup)).ok().map(|j| j.slope.bytes_per_request)
 }
 
 /// Reads criterion's mean estimate (ns per iteration) for every benchmark under `dir`.
@@ -112,10 +110,10 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
         record(&p, "python");
         let warmup = options.rust.warmup;
         leaks.push(LeakCrossCheck {
-            variant: variant.name().into(),
-            rust_heap_bytes_per_request: heap_slope(&r, warmup, false),
-            python_heap_bytes_per_request: heap_slope(&p, warmup, false),
-            rust_allocator_bytes_per_request: heap_slope(&r, warmup, true),
+            variant,
+            rust_heap_bytes_per_request: slope(&r, warmup, Probe::MallocHeap),
+            python_heap_bytes_per_request: slope(&p, warmup, Probe::MallocHeap),
+            rust_allocator_bytes_per_request: slope(&r, warmup, Probe::CpuAllocator),
         });
     }
     BenchReport {

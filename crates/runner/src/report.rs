@@ -3,17 +3,18 @@
 use crate::driver::{RunOptions, VariantRun};
 use crate::expect::describe;
 use crate::files::write_atomic;
-use crate::judge::{primary_series, VariantResult};
+use crate::judge::{series, VariantResult};
 use crate::plot;
 use anyhow::Result;
-use leaklab_detect::{human_bytes, Verdict};
+use leaklab_detect::human_bytes;
+use leaklab_vocab::{Device, Probe, Scale};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabReport {
-    pub scale: String,
-    pub device: String,
+    pub scale: Scale,
+    pub device: Device,
     pub warmup: usize,
     pub requests: usize,
     pub concurrency: usize,
@@ -26,8 +27,8 @@ pub struct LabReport {
 impl LabReport {
     pub fn new(options: &RunOptions, variants: Vec<VariantResult>, seconds: f64) -> LabReport {
         LabReport {
-            scale: options.scale.name().into(),
-            device: options.device.clone(),
+            scale: options.scale,
+            device: options.device,
             warmup: options.warmup,
             requests: options.requests,
             concurrency: options.concurrency,
@@ -42,18 +43,13 @@ impl LabReport {
         self.variants
             .iter()
             .map(|v| {
-                let j = v.primary.as_ref().map(|p| &p.judgement);
-                let verdict = match (&v.failure, j) {
-                    (Some(_), _) => "FAILED".to_string(),
-                    (None, Some(j)) => j.verdict.to_string(),
-                    (None, None) => "-".into(),
-                };
+                let j = v.primary().map(|p| &p.judgement);
                 let slope = j.map_or("-".into(), |j| format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())));
-                let stage = v.stages.first().map_or("-".into(), |s| s.stage.clone());
+                let stage = v.stages.first().map_or("-", |s| s.stage.name());
                 let oom = v.projection.map_or("never".into(), |p| format!("{} req, {:.1} h", p.requests, p.hours()));
-                let rss = v.others.iter().find(|o| o.probe == "rss").map_or("-".into(), |o| o.judgement.verdict.to_string());
+                let rss = v.probes().iter().find(|o| o.probe == Probe::Rss).map_or("-".into(), |o| o.judgement.verdict.to_string());
                 let pass = if v.passed { "pass" } else { "FAIL" };
-                [v.variant.clone(), v.cause.clone(), verdict, slope, stage, oom, rss, describe(&v.expected), pass.into()]
+                [v.variant.to_string(), v.cause_label().into(), v.verdict_label(), slope, stage.into(), oom, rss, describe(&v.expected), pass.into()]
             })
             .collect()
     }
@@ -81,21 +77,21 @@ impl LabReport {
         md.push_str("# leaklab report\n\n");
         md.push_str(&format!(
             "Scale `{}`, device `{}`, {} warm-up + {} measured requests per variant at concurrency {}, {} cores; {:.1} s in all. Overall: **{}**.\n\n",
-            self.scale, self.device, self.warmup, self.requests, self.concurrency, self.cores, self.seconds, if self.passed { "every verdict as expected" } else { "UNEXPECTED VERDICTS" }
+            self.scale.name(), self.device, self.warmup, self.requests, self.concurrency, self.cores, self.seconds, if self.passed { "every verdict as expected" } else { "UNEXPECTED VERDICTS" }
         ));
         md.push_str("The verdict comes from the primary probe (the exact CPU allocator; CUDA allocated bytes on CUDA). OOM (reference): requests and hours until an 80 GB card that starts at 12 GB is full at this slope, one request every 32 s.\n\n");
-        md.push_str(&format!("| {} |\n|{}|\n", Self::HEADER.join(" | "), "---|".repeat(9)));
+        md.push_str(&format!("| {} |\n|{}\n", Self::HEADER.join(" | "), "---|".repeat(Self::HEADER.len())));
         for r in self.rows() {
             md.push_str(&format!("| {} |\n", r.join(" | ")));
         }
         md.push_str("\n![all variants](overlay.svg)\n\n## Variants\n");
         for v in &self.variants {
             md.push_str(&format!("\n### {}\n\n", v.variant));
-            if let Some(f) = &v.failure {
+            if let Some(f) = v.failure() {
                 md.push_str(&format!("Run failed: {f}\n"));
                 continue;
             }
-            for p in v.primary.iter().chain(&v.others) {
+            for p in v.probes() {
                 let j = &p.judgement;
                 md.push_str(&format!(
                     "- `{}`: **{}**, {} per request, {} → {}\n",
@@ -121,10 +117,12 @@ impl LabReport {
         let mut overlay = Vec::new();
         for run in runs {
             let name = run.variant.name();
-            let (probe, primary) = primary_series(&run.samples);
-            let rss: Vec<(u64, i64)> = run.samples.iter().map(|s| (s.request, s.memory.rss_bytes as i64)).collect();
-            let lines = vec![(probe.to_string(), growth(&primary)), ("rss".to_string(), growth(&rss))];
-            let verdict = self.variants.iter().find(|v| v.variant == name).and_then(|v| v.primary.as_ref()).map_or(Verdict::Flat.to_string(), |p| p.judgement.verdict.to_string());
+            let probe = self.device.primary_probe();
+            let primary = series(&run.samples, probe).unwrap_or_default();
+            let rss = series(&run.samples, Probe::Rss).unwrap_or_default();
+            let lines = vec![(probe.to_string(), growth(&primary)), (Probe::Rss.to_string(), growth(&rss))];
+            // A run that failed is drawn and titled as failed, whatever samples it brought back.
+            let verdict = self.variants.iter().find(|v| v.variant == run.variant).map_or("FAILED".into(), VariantResult::verdict_label);
             plot::write_chart(dir, name, &format!("{name}: {verdict} (growth since the first request, MB)"), &lines, self.warmup)?;
             overlay.push((name.to_string(), growth(&primary)));
             if let Some(snapshot) = &run.snapshot {

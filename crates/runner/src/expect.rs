@@ -1,7 +1,7 @@
 //! What each variant is expected to do: the lab's own regression contract.
 
 use leaklab_detect::Verdict;
-use leaklab_service::Variant;
+use leaklab_vocab::Variant;
 
 /// Leaky variants must leak; fixed ones may stay flat or grow to a bound and stop (the fixed
 /// cache fills up to its byte limit, which reads as a plateau when it fills inside the window).

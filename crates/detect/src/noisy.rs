@@ -1,0 +1,157 @@
+//! Judging a signal whose noise nobody declared: RSS, anonymous memory, a cgroup's usage, a
+//! caching allocator's reserved bytes, a service's own gauges.
+//!
+//! Such signals move in pages, malloc arena steps, garbage-collector and caching-allocator
+//! bursts. Three choices make the verdict stable:
+//! - **The floor, not the peaks.** The series is cut into windows and each window keeps its
+//!   minimum: what the memory returns to. Transient bursts (a request's activations, a GC
+//!   cycle not yet run) lift single samples, never a window's minimum for long.
+//! - **The noise from the series itself.** The amplitude is the larger of four robust standard
+//!   deviations of the floor's steps (from the median absolute deviation of its differences,
+//!   which neither a steady trend nor a few large steps inflate) and the signal's quantum (a
+//!   page). Theil–Sen's slope then gets the deterministic bound of
+//!   [`crate::slope`]: with every point within that amplitude of a flat line, no bound can
+//!   clear zero, whatever the noise looks like.
+//! - **Leak versus plateau on the tail.** A leak still climbs in the last half of the floor; a
+//!   bounded cache (or fragmentation settling) climbs and then stops.
+
+use crate::slope::{median, theil_sen, Slope};
+use crate::verdict::Verdict;
+use crate::{Error, Result, Sample};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NoisyConfig {
+    /// Samples to skip at the start (start-up, first-touch pages, caches warming).
+    pub warmup: usize,
+    /// Fewest samples after the warm-up for a verdict.
+    pub min_samples: usize,
+    /// The smallest step the signal moves in (4096 for pages): the noise is never below it.
+    pub quantum_bytes: f64,
+    /// Floor points the series is reduced to (each the minimum of a window of samples).
+    pub floor_points: usize,
+}
+
+impl NoisyConfig {
+    pub fn new(warmup: usize) -> NoisyConfig {
+        NoisyConfig { warmup, min_samples: 30, quantum_bytes: 4096.0, floor_points: 50 }
+    }
+}
+
+/// A verdict on a noisy signal with the evidence behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoisyJudgement {
+    pub verdict: Verdict,
+    /// Bytes per step (request, or second) of the floor, with its bound.
+    pub slope: Slope,
+    /// The same over the last half of the floor: what the memory is doing now.
+    pub tail_slope: Slope,
+    /// The estimated noise amplitude of the floor, in bytes.
+    pub noise_bytes: f64,
+    /// How far the floor rose from its first stretch to its last.
+    pub rise_bytes: f64,
+    /// Samples judged (after the warm-up), and the window each floor point is the minimum of.
+    pub samples: usize,
+    pub window: usize,
+    pub first: Sample,
+    pub last: Sample,
+    /// The floor's last point: the level the memory returns to now.
+    pub floor_now: i64,
+    /// The floor itself, for plots and reports.
+    pub floor: Vec<Sample>,
+}
+
+/// Reduces `series` to the minimum of each window of `window` samples, placed at the window's
+/// middle sample.
+pub fn floor(series: &[Sample], window: usize) -> Vec<Sample> {
+    series
+        .chunks(window.max(1))
+        .map(|chunk| {
+            let low = chunk.iter().map(|s| s.1).min().unwrap_or(0);
+            (chunk[chunk.len() / 2].0, low)
+        })
+        .collect()
+}
+
+/// The noise amplitude of `floor` (see the module docs).
+fn noise(floor: &[Sample], quantum: f64) -> f64 {
+    let diffs: Vec<f64> = floor.windows(2).map(|w| (w[1].1 - w[0].1) as f64).collect();
+    let spread = if diffs.len() >= 2 {
+        let mut d = diffs.clone();
+        let mid = median(&mut d);
+        let mut dev: Vec<f64> = diffs.iter().map(|x| (x - mid).abs()).collect();
+        // MAD → σ for differences of i.i.d. noise (×√2), and four σ as the amplitude.
+        4.0 * median(&mut dev) / 0.6745 / std::f64::consts::SQRT_2
+    } else {
+        0.0
+    };
+    spread.max(quantum)
+}
+
+pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudgement> {
+    let series = samples.get(config.warmup..).unwrap_or(&[]);
+    let needed = config.min_samples.max(8);
+    if series.len() < needed {
+        return Err(Error::TooFewSamples { got: series.len(), warmup: config.warmup, needed });
+    }
+    let window = series.len().div_ceil(config.floor_points.max(8));
+    let floor = floor(series, window);
+    let noise = noise(&floor, config.quantum_bytes);
+    let slope = theil_sen(&floor, noise);
+    let tail_slope = theil_sen(&floor[floor.len() / 2..], noise);
+    let stretch = (floor.len() / 8).max(2);
+    let level = |part: &[Sample]| median(&mut part.iter().map(|s| s.1 as f64).collect::<Vec<_>>());
+    let rise_bytes = level(&floor[floor.len() - stretch..]) - level(&floor[..stretch]);
+    let climbing = slope.low > 0.0;
+    let still_climbing = tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
+    let verdict = if climbing && still_climbing {
+        Verdict::Leak
+    } else if climbing || rise_bytes > 2.0 * noise {
+        Verdict::Plateau
+    } else {
+        Verdict::Flat
+    };
+    Ok(NoisyJudgement {
+        verdict,
+        slope,
+        tail_slope,
+        noise_bytes: noise,
+        rise_bytes,
+        samples: series.len(),
+        window,
+        first: series[0],
+        last: series[series.len() - 1],
+        floor_now: floor.last().map_or(0, |f| f.1),
+        floor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bursts_above_a_flat_floor_are_not_a_leak() {
+        // A flat 500 MB with a 40 MB burst on every third sample and page-sized jitter.
+        let s: Vec<Sample> = (0..600).map(|i| (i, 500_000_000 + if i % 3 == 0 { 40_000_000 } else { 0 } + 4096 * (i as i64 * 7 % 5))).collect();
+        let j = judge_noisy(&s, &NoisyConfig::new(20)).unwrap();
+        assert_eq!(j.verdict, Verdict::Flat, "{j:?}");
+    }
+
+    #[test]
+    fn a_leak_under_noise_is_found_and_a_filled_cache_is_a_plateau() {
+        let noise = |i: u64| ((i * 2_654_435_761) % 180_000) as i64;
+        let leak: Vec<Sample> = (0..1000).map(|i| (i, 300_000_000 + 8192 * i as i64 + noise(i))).collect();
+        let j = judge_noisy(&leak, &NoisyConfig::new(20)).unwrap();
+        assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
+        assert!((j.slope.bytes_per_request - 8192.0).abs() < 1500.0, "{j:?}");
+        let cache: Vec<Sample> = (0..1000).map(|i| (i, 300_000_000 + 65_536 * (i.min(300)) as i64 + noise(i))).collect();
+        assert_eq!(judge_noisy(&cache, &NoisyConfig::new(20)).unwrap().verdict, Verdict::Plateau);
+    }
+
+    #[test]
+    fn too_few_samples_is_an_error_that_says_how_many() {
+        let s: Vec<Sample> = (0..20).map(|i| (i, 0)).collect();
+        assert_eq!(judge_noisy(&s, &NoisyConfig::new(5)).unwrap_err(), Error::TooFewSamples { got: 15, warmup: 5, needed: 30 });
+    }
+}

@@ -1,0 +1,343 @@
+//! `leaklab scan`: a leak verdict for any running HTTP service, from outside.
+//!
+//! It drives load at a URL the user names ([`load`]), samples the service's memory after every
+//! response from whatever it can see ([`signals`]: the process tree, the container's cgroup,
+//! the GPU through NVML, the service's own Prometheus gauges), judges each series with the
+//! noisy-signal detector (`leaklab_detect::noisy`: the floor, the noise estimated from the
+//! series, leak versus plateau on the tail), and answers with a time to OOM against a budget
+//! ([`verdict`]) and which memory grows. Exit codes: 0 pass, 1 fail, 2 could not judge.
+//!
+//! No libtorch: it installs on the box that runs the leaking service in a minute.
+
+pub mod load;
+pub mod report;
+pub mod signals;
+pub mod verdict;
+
+use anyhow::{bail, Context, Result};
+use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample};
+use serde::{Deserialize, Serialize};
+use signals::{Kind, Signal};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use verdict::{Budget, Ops};
+
+/// What to send, and where.
+pub struct Target {
+    pub url: String,
+    pub method: reqwest::Method,
+    pub headers: Vec<(String, String)>,
+    /// The bodies to cycle through (empty: no body).
+    pub bodies: Vec<Vec<u8>>,
+    /// Nudge every JSON number per request with this seed.
+    pub vary: Option<u64>,
+}
+
+impl Target {
+    /// Sends request `index` and reads the whole answer (the service's work for a request is
+    /// done only once it is sent); the status code.
+    async fn send(&self, client: &reqwest::Client, index: u64) -> Result<u16> {
+        let body = load::body(&self.bodies, index, self.vary)?;
+        let mut request = client.request(self.method.clone(), &self.url);
+        for (k, v) in &self.headers {
+            request = request.header(k, v);
+        }
+        let response = request.body(body).send().await?;
+        let status = response.status().as_u16();
+        response.bytes().await?;
+        Ok(status)
+    }
+}
+
+/// Everything a scan needs, as plain data (the binary fills it from flags).
+pub struct ScanOptions {
+    pub target: Arc<Target>,
+    pub warmup: usize,
+    pub requests: usize,
+    /// With `until_confident`: keep sending, in steps of half `requests`, up to this many.
+    pub max_requests: usize,
+    pub until_confident: bool,
+    pub concurrency: usize,
+    pub request_timeout: Duration,
+    /// Stop the whole scan after this long, keeping what was measured.
+    pub time_limit: Duration,
+    /// Stop once more than this share of the answers (after 20) are not 2xx.
+    pub max_error_ratio: f64,
+    pub signals: Vec<Signal>,
+    /// Overrides every series' capacity.
+    pub capacity: Option<u64>,
+    pub budget: Budget,
+    pub quiet: bool,
+}
+
+/// One series: its samples, its judgement and its ops verdict.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeriesResult {
+    pub series: String,
+    pub kind: Kind,
+    pub samples: Vec<Sample>,
+    /// `None` when it could not be judged (too few samples), with the reason.
+    pub judgement: Option<NoisyJudgement>,
+    pub why_not_judged: Option<String>,
+    pub capacity_bytes: Option<u64>,
+    pub seconds_to_oom: Option<f64>,
+    pub ops: Option<Ops>,
+}
+
+/// How the scan ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Nothing runs out within the budget.
+    Pass,
+    /// Some series runs out within the budget.
+    Fail,
+    /// Too little to judge (a dead target, too few samples, no signal).
+    CannotJudge,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Pass => 0,
+            Outcome::Fail => 1,
+            Outcome::CannotJudge => 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScanReport {
+    pub url: String,
+    pub outcome: Outcome,
+    /// The one sentence: which memory grows, and the runbook step.
+    pub diagnosis: String,
+    pub requests_sent: usize,
+    pub warmup: usize,
+    pub errors: usize,
+    /// Status codes other than 2xx, and transport errors, with their counts.
+    pub error_kinds: BTreeMap<String, usize>,
+    pub seconds: f64,
+    pub requests_per_second_measured: f64,
+    pub budget: Budget,
+    pub series: Vec<SeriesResult>,
+    /// Why the scan stopped early, or a signal was dropped: said plainly, kept in the report.
+    pub notes: Vec<String>,
+}
+
+impl ScanReport {
+    /// The series that decides: the first that fails, else the steepest judged one.
+    pub fn deciding(&self) -> Option<&SeriesResult> {
+        self.series.iter().find(|s| s.ops.is_some_and(Ops::fails)).or_else(|| {
+            self.series.iter().filter(|s| s.judgement.is_some()).max_by(|a, b| {
+                let slope = |s: &SeriesResult| s.judgement.as_ref().map_or(0.0, |j| j.slope.bytes_per_request);
+                slope(a).total_cmp(&slope(b))
+            })
+        })
+    }
+}
+
+struct Progress {
+    bar: indicatif::ProgressBar,
+}
+
+impl Progress {
+    fn new(total: usize, quiet: bool) -> Progress {
+        let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(total as u64) };
+        bar.set_style(indicatif::ProgressStyle::with_template("scan [{bar:30}] {pos}/{len} requests {elapsed} {msg}").expect("valid template").progress_chars("=> "));
+        Progress { bar }
+    }
+}
+
+/// Capacity for a series of `kind`: the user's, else what a signal knows (cgroup limit, GPU
+/// total), else the machine's memory for host series.
+fn capacity_for(kind: Kind, options: &ScanOptions) -> Option<u64> {
+    if options.capacity.is_some() {
+        return options.capacity;
+    }
+    let known = |k: Kind| options.signals.iter().filter_map(Signal::capacity).find(|(kk, _)| *kk == k).map(|(_, c)| c);
+    match kind {
+        Kind::Host => known(Kind::Host).or_else(mem_total),
+        Kind::Gpu | Kind::TorchAllocated | Kind::TorchReserved => known(Kind::Gpu),
+        Kind::Other => None,
+    }
+}
+
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|r| r.split_whitespace().next()).and_then(|kb| kb.parse::<u64>().ok()).map(|kb| kb * 1024)
+}
+
+/// Runs the scan. Errors only for a target that cannot be scanned at all (a refused
+/// connection on the first request); everything after that ends in a report.
+pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
+    if options.signals.is_empty() {
+        bail!("no memory signal to watch: give --pid, --cgroup, --gpu or --metrics (see `leaklab scan --help`)");
+    }
+    let client = reqwest::Client::builder().timeout(options.request_timeout).build()?;
+    let started = Instant::now();
+    let mut state = State::default();
+    // Every signal must read once before any load: a bad PID, cgroup or series is said now.
+    for signal in &options.signals {
+        signal.read().await.with_context(|| format!("cannot read {}", signal.describe()))?;
+    }
+    let first = options.target.send(&client, 0).await;
+    if let Err(e) = &first {
+        bail!("the target {} does not answer: {e:#}", options.target.url);
+    }
+    state.settle(first);
+    state.sample(options, 0).await;
+    let mut target = options.warmup + options.requests;
+    let progress = Progress::new(target, options.quiet);
+    let mut sent = 1;
+    loop {
+        let stop = drive(&client, options, &mut state, &mut sent, target, started, &progress).await;
+        if let Some(note) = stop {
+            state.notes.push(note);
+            break;
+        }
+        if !options.until_confident || target >= options.max_requests {
+            break;
+        }
+        let interim = judge_all(&state, options);
+        if interim.iter().all(|s| s.ops.is_none_or(Ops::confident)) {
+            break;
+        }
+        target = (target + options.requests / 2).min(options.max_requests);
+        progress.bar.set_length(target as u64);
+        progress.bar.set_message("not yet confident: sending more");
+    }
+    progress.bar.finish_and_clear();
+    let series = judge_all(&state, options);
+    let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
+        Outcome::Fail
+    } else if series.iter().any(|s| s.judgement.is_some()) {
+        Outcome::Pass
+    } else {
+        Outcome::CannotJudge
+    };
+    let diagnosis = verdict::diagnose(&series.iter().filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict))).collect::<Vec<_>>());
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(ScanReport {
+        url: options.target.url.clone(),
+        outcome,
+        diagnosis,
+        requests_sent: sent,
+        warmup: options.warmup,
+        errors: state.errors.values().sum(),
+        error_kinds: state.errors,
+        seconds,
+        requests_per_second_measured: sent as f64 / seconds.max(1e-9),
+        budget: options.budget,
+        series,
+        notes: state.notes,
+    })
+}
+
+#[derive(Default)]
+struct State {
+    /// Series name → kind and samples.
+    series: BTreeMap<String, (Kind, Vec<Sample>)>,
+    errors: BTreeMap<String, usize>,
+    answered: usize,
+    dead_signals: Vec<usize>,
+    notes: Vec<String>,
+}
+
+impl State {
+    fn settle(&mut self, result: Result<u16>) {
+        self.answered += 1;
+        match result {
+            Ok(code) if (200..300).contains(&code) => {}
+            Ok(code) => *self.errors.entry(format!("HTTP {code}")).or_default() += 1,
+            Err(e) => *self.errors.entry(error_kind(&e)).or_default() += 1,
+        }
+    }
+
+    async fn sample(&mut self, options: &ScanOptions, x: u64) {
+        for (i, signal) in options.signals.iter().enumerate() {
+            if self.dead_signals.contains(&i) {
+                continue;
+            }
+            match signal.read().await {
+                Ok(readings) => {
+                    for r in readings {
+                        self.series.entry(r.series).or_insert_with(|| (r.kind, Vec::new())).1.push((x, r.bytes));
+                    }
+                }
+                Err(e) => {
+                    self.dead_signals.push(i);
+                    self.notes.push(format!("stopped reading {} after request {x}: {e:#}; its samples so far are kept", signal.describe()));
+                }
+            }
+        }
+    }
+}
+
+fn error_kind(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<reqwest::Error>() {
+        Some(r) if r.is_timeout() => "timeout".into(),
+        Some(r) if r.is_connect() => "connection refused or reset".into(),
+        _ => "transport error".into(),
+    }
+}
+
+/// Sends requests until `target`, sampling after each answer. Returns why it stopped early.
+async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut State, sent: &mut usize, target: usize, started: Instant, progress: &Progress) -> Option<String> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut stop = None;
+    while *sent < target || !tasks.is_empty() {
+        if stop.is_none() && *sent < target {
+            if started.elapsed() > options.time_limit {
+                stop = Some(format!("the time limit ({:?}) ran out after {} requests", options.time_limit, *sent));
+                continue;
+            }
+            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            let (client, target, index) = (client.clone(), options.target.clone(), *sent as u64);
+            tasks.spawn(async move {
+                let result = target.send(&client, index).await;
+                drop(permit);
+                (index, result)
+            });
+            *sent += 1;
+            if tasks.len() < options.concurrency.max(1) {
+                continue;
+            }
+        } else if stop.is_some() && tasks.is_empty() {
+            break;
+        }
+        let Some(done) = tasks.join_next().await else { break };
+        let Ok((index, result)) = done else { continue };
+        state.settle(result);
+        state.sample(options, index).await;
+        progress.bar.inc(1);
+        let errors: usize = state.errors.values().sum();
+        if stop.is_none() && state.answered >= 20 && errors as f64 > options.max_error_ratio * state.answered as f64 {
+            stop = Some(format!("{errors} of {} answers were errors ({:?}): the target is failing; the scan stopped and kept what it measured", state.answered, state.errors));
+        }
+        if stop.is_none() && state.dead_signals.len() == options.signals.len() {
+            stop = Some("no signal can be read any more (the process exited?)".into());
+        }
+    }
+    stop
+}
+
+fn judge_all(state: &State, options: &ScanOptions) -> Vec<SeriesResult> {
+    state
+        .series
+        .iter()
+        .map(|(name, (kind, samples))| {
+            let config = NoisyConfig::new(options.warmup);
+            let capacity = capacity_for(*kind, options);
+            match judge_noisy(samples, &config) {
+                Ok(j) => {
+                    let (ops, seconds) = verdict::ops(&j, capacity, options.budget);
+                    SeriesResult { series: name.clone(), kind: *kind, samples: samples.clone(), judgement: Some(j), why_not_judged: None, capacity_bytes: capacity, seconds_to_oom: seconds, ops: Some(ops) }
+                }
+                Err(e) => SeriesResult { series: name.clone(), kind: *kind, samples: samples.clone(), judgement: None, why_not_judged: Some(e.to_string()), capacity_bytes: capacity, seconds_to_oom: None, ops: None },
+            }
+        })
+        .collect()
+}

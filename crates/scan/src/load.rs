@@ -1,0 +1,85 @@
+//! The load a scan drives: the user's own request bodies (a file, a folder cycled, or stdin),
+//! sent as they are or, with `--vary`, with every number in the JSON nudged per request
+//! (seeded, reproducible), since caches leak only on new inputs.
+
+use anyhow::{bail, Context, Result};
+use std::io::Read;
+use std::path::Path;
+
+/// The bodies to cycle through, read once.
+pub fn read_bodies(sources: &[String]) -> Result<Vec<Vec<u8>>> {
+    let mut bodies = Vec::new();
+    for source in sources {
+        if source == "-" {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).context("cannot read the request body from stdin")?;
+            bodies.push(buf);
+            continue;
+        }
+        let path = Path::new(source);
+        if path.is_dir() {
+            let mut files: Vec<_> = std::fs::read_dir(path).with_context(|| format!("cannot list {source}"))?.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("the body folder {source} holds no files");
+            }
+            for f in files {
+                bodies.push(std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?);
+            }
+        } else {
+            bodies.push(std::fs::read(path).with_context(|| format!("cannot read the request body {source}"))?);
+        }
+    }
+    Ok(bodies)
+}
+
+/// Body `index` of the cycle, varied when `vary` holds a seed: every JSON number is multiplied
+/// by a factor within ±0.1 % drawn from the seed and the index (integers stay integers).
+pub fn body(bodies: &[Vec<u8>], index: u64, vary: Option<u64>) -> Result<Vec<u8>> {
+    let Some(raw) = bodies.get(index as usize % bodies.len().max(1)) else { return Ok(Vec::new()) };
+    let Some(seed) = vary else { return Ok(raw.clone()) };
+    let mut value: serde_json::Value = serde_json::from_slice(raw).context("--vary needs JSON bodies (it nudges their numbers)")?;
+    let mut state = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    nudge(&mut value, &mut state);
+    Ok(serde_json::to_vec(&value)?)
+}
+
+fn nudge(value: &mut serde_json::Value, state: &mut u64) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            let unit = (*state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                if let Some(v) = serde_json::Number::from_f64(f * (1.0 + 1e-3 * unit) + 1e-6 * unit) {
+                    *n = v;
+                }
+            } else if let Some(i) = n.as_i64() {
+                *n = serde_json::Number::from(i + (unit * 2.0).round() as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| nudge(v, state)),
+        Value::Object(map) => map.values_mut().for_each(|v| nudge(v, state)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varied_bodies_differ_per_request_and_repeat_per_seed() {
+        let bodies = vec![br#"{"inputs": [[0.5, -1.25, 3.0]], "top_k": 5, "name": "x"}"#.to_vec()];
+        let a = body(&bodies, 1, Some(7)).unwrap();
+        assert_ne!(a, body(&bodies, 2, Some(7)).unwrap());
+        assert_eq!(a, body(&bodies, 1, Some(7)).unwrap());
+        let v: serde_json::Value = serde_json::from_slice(&a).unwrap();
+        assert!((v["inputs"][0][0].as_f64().unwrap() - 0.5).abs() < 1e-3);
+        assert_eq!(v["name"], "x");
+        assert_eq!(body(&bodies, 1, None).unwrap(), bodies[0]);
+        assert!(body(&[b"not json".to_vec()], 0, Some(1)).unwrap_err().to_string().contains("--vary needs JSON"));
+    }
+}
