@@ -15,7 +15,7 @@
 //! - **Leak versus plateau on the tail.** A leak still climbs in the last half of the floor; a
 //!   bounded cache (or fragmentation settling) climbs and then stops.
 
-use crate::slope::{median, theil_sen, Slope};
+use crate::slope::{median, theil_sen_deterministic, Slope};
 use crate::verdict::Verdict;
 use crate::{Error, Result, Sample};
 use serde::{Deserialize, Serialize};
@@ -30,11 +30,14 @@ pub struct NoisyConfig {
     pub quantum_bytes: f64,
     /// Floor points the series is reduced to (each the minimum of a window of samples).
     pub floor_points: usize,
+    /// The shortest window: allocators step in patterns a few requests long (glibc's arenas,
+    /// a page every few requests), and a window shorter than the pattern reads it as noise.
+    pub min_window: usize,
 }
 
 impl NoisyConfig {
     pub fn new(warmup: usize) -> NoisyConfig {
-        NoisyConfig { warmup, min_samples: 30, quantum_bytes: 4096.0, floor_points: 50 }
+        NoisyConfig { warmup, min_samples: 30, quantum_bytes: 4096.0, floor_points: 25, min_window: 8 }
     }
 }
 
@@ -57,15 +60,22 @@ pub struct NoisyJudgement {
     pub last: Sample,
     /// The floor's last point: the level the memory returns to now.
     pub floor_now: i64,
+    /// The smallest slope this evidence is sure to call a leak, were the floor's noise within
+    /// `noise_bytes`: the overall and the tail estimates each move by at most their bound, so
+    /// a true slope above `2·tail bound + bound` clears every test of the verdict.
+    pub sensitivity_bytes: f64,
     /// The floor itself, for plots and reports.
     pub floor: Vec<Sample>,
 }
 
 /// Reduces `series` to the minimum of each window of `window` samples, placed at the window's
-/// middle sample.
+/// middle sample. A last window of less than half the others is left out: its minimum is over
+/// too few samples to compare.
 pub fn floor(series: &[Sample], window: usize) -> Vec<Sample> {
+    let window = window.max(1);
     series
-        .chunks(window.max(1))
+        .chunks(window)
+        .filter(|chunk| chunk.len() * 2 >= window)
         .map(|chunk| {
             let low = chunk.iter().map(|s| s.1).min().unwrap_or(0);
             (chunk[chunk.len() / 2].0, low)
@@ -94,11 +104,11 @@ pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudg
     if series.len() < needed {
         return Err(Error::TooFewSamples { got: series.len(), warmup: config.warmup, needed });
     }
-    let window = series.len().div_ceil(config.floor_points.max(8));
+    let window = series.len().div_ceil(config.floor_points.max(8)).max(config.min_window).min(series.len() / 4).max(1);
     let floor = floor(series, window);
     let noise = noise(&floor, config.quantum_bytes);
-    let slope = theil_sen(&floor, noise);
-    let tail_slope = theil_sen(&floor[floor.len() / 2..], noise);
+    let slope = theil_sen_deterministic(&floor, noise);
+    let tail_slope = theil_sen_deterministic(&floor[floor.len() / 2..], noise);
     let stretch = (floor.len() / 8).max(2);
     let level = |part: &[Sample]| median(&mut part.iter().map(|s| s.1 as f64).collect::<Vec<_>>());
     let rise_bytes = level(&floor[floor.len() - stretch..]) - level(&floor[..stretch]);
@@ -122,6 +132,7 @@ pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudg
         first: series[0],
         last: series[series.len() - 1],
         floor_now: floor.last().map_or(0, |f| f.1),
+        sensitivity_bytes: 2.0 * tail_slope.half_width() + slope.half_width(),
         floor,
     })
 }
@@ -147,6 +158,20 @@ mod tests {
         assert!((j.slope.bytes_per_request - 8192.0).abs() < 1500.0, "{j:?}");
         let cache: Vec<Sample> = (0..1000).map(|i| (i, 300_000_000 + 65_536 * (i.min(300)) as i64 + noise(i))).collect();
         assert_eq!(judge_noisy(&cache, &NoisyConfig::new(20)).unwrap().verdict, Verdict::Plateau);
+    }
+
+    #[test]
+    fn a_staircase_leak_seen_for_two_hundred_requests_is_a_leak() {
+        // What anonymous memory did for a service keeping 16 kB a request: steps of 64 kB and
+        // 32 kB in a pattern five requests long (measured; see crates/cli/tests/scan.rs).
+        let steps = [0i64, 4096, 32768, 65536, 0];
+        let mut level = 208_703_488i64;
+        let s: Vec<Sample> = (0..200).map(|i| {
+            level += steps[i as usize % 5];
+            (i, level)
+        }).collect();
+        let j = judge_noisy(&s, &NoisyConfig::new(0)).unwrap();
+        assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
     }
 
     #[test]

@@ -78,6 +78,15 @@ pub fn theil_sen(samples: &[Sample], noise: f64) -> Slope {
     }
 }
 
+/// Theil–Sen with the deterministic noise bound alone: what the noisy-signal detector uses,
+/// where the noise amplitude comes from the series itself and Sen's rank interval (which
+/// assumes i.i.d. noise) would only widen the bound on short series without making it safer.
+pub fn theil_sen_deterministic(samples: &[Sample], noise: f64) -> Slope {
+    let estimate = theil_sen(samples, 0.0).bytes_per_request;
+    let bound = noise_bound(&thin(samples), noise);
+    Slope { bytes_per_request: estimate, low: estimate - bound, high: estimate + bound }
+}
+
 /// The most the median slope can move when every sample may be off by up to `noise`.
 fn noise_bound(points: &[Sample], noise: f64) -> f64 {
     if noise <= 0.0 {

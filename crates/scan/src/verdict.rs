@@ -104,6 +104,7 @@ mod tests {
             first: (0, 0),
             last: (0, 0),
             floor_now: 12_000_000_000,
+            sensitivity_bytes: 0.0,
             floor: Vec::new(),
         }
     }
