@@ -46,6 +46,10 @@ pub struct VariantResult {
     pub requests: usize,
     pub errors: u64,
     pub seconds: f64,
+    /// Who holds the live memory at the end of the run, from the service's snapshot: the
+    /// largest allocating stacks first (empty without a snapshot).
+    #[serde(default)]
+    pub holders: Vec<leaklab_snapshot::Holder>,
 }
 
 impl VariantResult {
@@ -83,6 +87,15 @@ impl VariantResult {
     }
 }
 
+/// The five largest holders in a snapshot pickle; none when it cannot be read (the report
+/// says so by leaving the section out, the pickle is still written for the viewer).
+fn holders(pickle: &[u8]) -> Option<Vec<leaklab_snapshot::Holder>> {
+    let snapshot = leaklab_snapshot::from_bytes(pickle).ok()?;
+    let mut holders = leaklab_snapshot::explain(&snapshot, leaklab_snapshot::View::default(), None).holders;
+    holders.truncate(5);
+    Some(holders)
+}
+
 /// The series of `probe` over `samples`, when every sample carries it.
 pub fn series(samples: &[RequestSample], probe: Probe) -> Option<Vec<Sample>> {
     samples.iter().map(|s| probe.read(&s.memory).map(|v| (s.request, v))).collect()
@@ -116,6 +129,7 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
         requests: run.samples.len(),
         errors: run.errors,
         seconds: run.seconds,
+        holders: run.snapshot.as_deref().and_then(holders).unwrap_or_default(),
     };
     if let Some(reason) = &run.failure {
         result.outcome = Outcome::Failed { reason: reason.clone() };

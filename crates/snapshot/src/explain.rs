@@ -49,7 +49,7 @@ impl View {
 }
 
 /// Memory held by one stack.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Holder {
     /// `file:line in function` of the first frame in the user's code (or the innermost frame).
     pub site: String,

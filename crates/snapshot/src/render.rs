@@ -65,7 +65,8 @@ pub fn difference_text(d: &Difference, top: usize, stacks: bool) -> String {
     out
 }
 
-fn holder_table(holders: &[Holder], top: usize) -> String {
+/// Holders as a markdown table.
+pub fn holder_table(holders: &[Holder], top: usize) -> String {
     let mut md = String::from("| bytes | blocks | first frame in your code | called from |\n|---|---|---|---|\n");
     for h in holders.iter().take(top) {
         md.push_str(&format!("| {} | {} | `{}` | {} |\n", human_bytes(h.bytes as f64), h.blocks, h.site, h.stack.first().map_or("-".into(), |s| format!("`{s}`"))));
