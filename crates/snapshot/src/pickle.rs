@@ -445,8 +445,18 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A little-endian two's-complement integer of `bytes.len()` bytes.
+/// A little-endian two's-complement integer of `bytes.len()` bytes. Writers may pad with sign
+/// bytes (serde-pickle writes a u64 in 9 bytes): those still fit in an i64.
 fn long(bytes: &[u8]) -> Value {
+    let mut bytes = bytes;
+    while bytes.len() > 8 {
+        let (last, rest) = bytes.split_last().expect("longer than 8");
+        let sign_of_rest = if rest.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0x00 };
+        if *last != sign_of_rest {
+            break;
+        }
+        bytes = rest;
+    }
     if bytes.len() <= 8 {
         let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
         let mut buf = if negative { [0xff; 8] } else { [0; 8] };
@@ -466,7 +476,10 @@ mod tests {
         assert!(matches!(long(&[0xff]), Value::Int(-1)));
         assert!(matches!(long(&[0x00, 0x01]), Value::Int(256)));
         assert!(matches!(long(&[]), Value::Int(0)));
-        assert!(matches!(long(&[0; 9]), Value::BigInt(_)));
+        assert!(matches!(long(&[0; 9]), Value::Int(0)), "sign padding is not a big int");
+        assert!(matches!(long(&[64, 55, 82, 40, 85, 86, 0, 0, 0]), Value::Int(94_923_748_685_632)), "serde-pickle's u64");
+        assert!(matches!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Value::BigInt(_)), "2^63 does not fit");
+        assert!(matches!(long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::BigInt(_)));
     }
 
     #[test]
