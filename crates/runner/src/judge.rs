@@ -46,8 +46,8 @@ pub struct VariantResult {
     pub requests: usize,
     pub errors: u64,
     pub seconds: f64,
-    /// Who holds the live memory at the end of the run, from the service's snapshot: the
-    /// largest allocating stacks first (empty without a snapshot).
+    /// Who holds the memory the run kept (allocated during the run and never freed), from the
+    /// service's snapshot: the largest allocating stacks first (empty without a snapshot).
     #[serde(default)]
     pub holders: Vec<leaklab_snapshot::Holder>,
 }
@@ -87,11 +87,13 @@ impl VariantResult {
     }
 }
 
-/// The five largest holders in a snapshot pickle; none when it cannot be read (the report
-/// says so by leaving the section out, the pickle is still written for the viewer).
+/// The five largest holders of the memory the run kept: what the service's allocation trace
+/// (recorded from start-up, after the model was built) allocated and never freed. None when
+/// the snapshot cannot be read: the report leaves the section out, the pickle is still written.
 fn holders(pickle: &[u8]) -> Option<Vec<leaklab_snapshot::Holder>> {
     let snapshot = leaklab_snapshot::from_bytes(pickle).ok()?;
-    let mut holders = leaklab_snapshot::explain(&snapshot, leaklab_snapshot::View::default(), None).holders;
+    let explained = leaklab_snapshot::explain(&snapshot, leaklab_snapshot::View::default(), Some(leaklab_snapshot::Since::Event(0)));
+    let mut holders = explained.since?.holders;
     holders.truncate(5);
     Some(holders)
 }

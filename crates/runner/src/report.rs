@@ -107,7 +107,7 @@ impl LabReport {
             }
             md.push_str(&format!("- {} requests in {:.1} s, {} errors\n\n![{}]({}.svg)\n", v.requests, v.seconds, v.errors, v.variant, v.variant));
             if !v.holders.is_empty() {
-                md.push_str(&format!("\nWho holds the live memory at the end (from `{}.pickle`, `leaklab snapshot explain` for more):\n\n", v.variant));
+                md.push_str(&format!("\nWho holds the memory the run kept: allocated during the run and never freed (from `{}.pickle`; `leaklab snapshot explain --since 0` for more):\n\n", v.variant));
                 md.push_str(&leaklab_snapshot::render::holder_table(&v.holders, 5));
             }
         }
