@@ -43,6 +43,8 @@ fn main() {
     build.compile("leaklab_probe");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=c10");
+    // torch::unwind::unwind (PyTorch's fast unwinder, for the history's native stacks).
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
 }
 
 /// The folders holding `cuda_runtime_api.h` and `crt/host_config.h`, if both are found.

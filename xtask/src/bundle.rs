@@ -61,9 +61,9 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
         std::fs::remove_dir_all(out)?;
     }
     std::fs::create_dir_all(out.join("bin"))?;
-    copy_stripped(&workspace_root().join("target/release/leaklab"), &out.join("bin/leaklab"))?;
-    copy_stripped(&workspace_root().join("target/release/leaklab-service"), &out.join("bin/leaklab-service"))?;
-    copy_stripped(&gpu_tests, &out.join("bin/gpu-tests"))?;
+    copy(&workspace_root().join("target/release/leaklab"), &out.join("bin/leaklab"), Debug::Strip)?;
+    copy(&workspace_root().join("target/release/leaklab-service"), &out.join("bin/leaklab-service"), Debug::KeepLineTables)?;
+    copy(&gpu_tests, &out.join("bin/gpu-tests"), Debug::KeepLineTables)?;
     write_script(&out.join("run.sh"), RUN_SH)?;
     write_script(&out.join("gpu-check.sh"), GPU_CHECK_SH)?;
     std::fs::write(out.join("README.txt"), README_TXT)?;
@@ -75,10 +75,21 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
+/// What a bundled binary keeps of its debug info.
+#[derive(Clone, Copy, PartialEq)]
+enum Debug {
+    /// Nothing: the instrument names no lines of its own.
+    Strip,
+    /// The workspace crates' line tables (the release profile builds only those), so the
+    /// service's snapshots name `file:line` on the GPU host too; about 10 MiB.
+    KeepLineTables,
+}
+
+fn copy(from: &Path, to: &Path, debug: Debug) -> Result<()> {
     std::fs::copy(from, to).with_context(|| format!("cannot copy {}", from.display()))?;
-    // Debug info is most of a release binary's size; the bundle has no use for it.
-    let _ = Command::new("strip").arg("--strip-debug").arg(to).status();
+    if debug == Debug::Strip {
+        let _ = Command::new("strip").arg("--strip-debug").arg(to).status();
+    }
     Ok(())
 }
 

@@ -35,12 +35,24 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
     let baseline = stages("baseline");
     assert!(baseline.iter().all(|s| s.verdict == leaklab_detect::Verdict::Plateau && s.stage == Stage::Preprocess), "{baseline:?}");
 
-    // Who holds what the run kept, from each variant's snapshot: the graph leak's memory was
-    // born in forward (at least one block per judged request), the refs leak's in forward too
-    // (the outputs the history keeps), the cache leak's in preprocess.
-    for (name, stage) in [("graph-leaky", "forward"), ("refs-leaky", "forward"), ("cache-leaky", "preprocess")] {
+    // Who holds what the run kept, from each variant's snapshot and its native stacks: the top
+    // holder of each leaky variant names the file and line of its cause (the graph's forward
+    // and the refs' outputs are born in `causes/graph.rs`'s forward, the cache's entries in
+    // the pipeline's preprocessing), with at least one block per judged request; the fixed
+    // variants keep nothing but their bounded cache.
+    for (name, file) in [("graph-leaky", "causes/graph.rs:"), ("refs-leaky", "causes/graph.rs:"), ("cache-leaky", "pipeline.rs:")] {
         let top = &variant(name).holders[0];
-        assert!(top.site.ends_with(&format!("in {stage}")) && top.blocks >= 60, "{name}: {top:?}");
+        let names_it = std::iter::once(&top.site).chain(&top.stack).any(|f| f.contains(&format!("crates/service/src/{file}")));
+        assert!(names_it && top.blocks >= 60, "{name}: {top:?}");
+    }
+    assert!(variant("refs-leaky").holders[0].stack.iter().any(|f| f.ends_with("forward")), "{:?}", variant("refs-leaky").holders[0]);
+    assert!(variant("cache-leaky").holders[0].site.ends_with("preprocess"), "{:?}", variant("cache-leaky").holders[0]);
+    for name in ["graph-fixed", "refs-fixed"] {
+        assert!(variant(name).holders.is_empty(), "{name} keeps {:?}", variant(name).holders);
+    }
+    for name in ["cache-fixed", "baseline"] {
+        let kept: u64 = variant(name).holders.iter().map(|h| h.blocks).sum();
+        assert!(kept <= 32, "{name}: the bounded cache holds 32 entries at most, the snapshot shows {kept} blocks kept");
     }
     assert!(std::fs::read_to_string(out.path().join("report.md")).unwrap().contains("Who holds the memory the run kept"));
 

@@ -20,8 +20,11 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <torch/csrc/profiler/unwind/unwind.h>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace {
 
@@ -33,6 +36,7 @@ struct Header {
   Header* prev;
   Header* next;
   int32_t context;
+  int32_t stack;  // interned stack id, 0 when none was captured
 };
 static_assert(sizeof(Header) <= kHeader, "header must fit in front of the data");
 
@@ -76,15 +80,69 @@ std::atomic<int64_t> g_limit{0};
 // The live list and the history share one mutex: both change on every alloc and free, and
 // a snapshot must see them consistently.
 std::mutex g_mu;
-Header g_live_head{0, 0, &g_live_head, &g_live_head, 0};
+Header g_live_head{0, 0, &g_live_head, &g_live_head, 0, 0};
 std::deque<ll_event_t> g_history;
 std::atomic<size_t> g_history_max{0};
+
+// Frames captured per allocation while the history is on (0: no stacks).
+std::atomic<int> g_stack_depth{0};
+constexpr size_t kMaxStacks = 1 << 16;
+
+// Interned stacks, guarded by g_mu: stack id i (from 1) is g_stacks[i - 1]. Bounded, so a
+// process with endlessly new stacks (JIT code, say) stops interning rather than growing.
+std::vector<std::vector<void*>> g_stacks;
+std::unordered_multimap<uint64_t, int32_t> g_stack_index;
+
+struct Captured {
+  void* frames[LL_MAX_FRAMES];
+  int n = 0;
+  uint64_t hash = 0;
+};
+
+// Captures the stack from `caller` (the allocator's return address) outwards, innermost
+// first, so the unwinder's and the allocator's own frames are left out however they inline. Takes no lock of ours. Never throws: an unwinding failure leaves no stack.
+void capture(Captured& c, int depth, void* caller) {
+  std::vector<void*> raw;
+  try {
+    raw = torch::unwind::unwind();
+  } catch (...) {
+    c.n = 0;
+    return;
+  }
+  size_t skip = 0;
+  while (skip < raw.size() && raw[skip] != caller) ++skip;
+  if (skip == raw.size()) skip = 0;  // not found (an unusual unwind): keep every frame
+  const size_t kSkip = skip;
+  size_t n = raw.size() - kSkip;
+  c.n = static_cast<int>(n < static_cast<size_t>(depth) ? n : depth);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses
+  for (int i = 0; i < c.n; ++i) {
+    c.frames[i] = raw[i + kSkip];
+    h = (h ^ reinterpret_cast<uint64_t>(c.frames[i])) * 1099511628211ull;
+  }
+  c.hash = h;
+}
+
+// The id of a captured stack, interning it if new. Caller holds g_mu.
+int32_t intern(const Captured& c) {
+  if (c.n == 0) return 0;
+  auto range = g_stack_index.equal_range(c.hash);
+  for (auto it = range.first; it != range.second; ++it) {
+    const auto& s = g_stacks[it->second - 1];
+    if (s.size() == static_cast<size_t>(c.n) && std::memcmp(s.data(), c.frames, c.n * sizeof(void*)) == 0) return it->second;
+  }
+  if (g_stacks.size() >= kMaxStacks) return 0;
+  g_stacks.emplace_back(c.frames, c.frames + c.n);
+  auto id = static_cast<int32_t>(g_stacks.size());
+  g_stack_index.emplace(c.hash, id);
+  return id;
+}
 
 void record(int32_t action, const Header* h, int64_t t) {
   size_t max = g_history_max.load(std::memory_order_relaxed);
   if (max == 0) return;
   g_history.push_back(ll_event_t{t, reinterpret_cast<uint64_t>(reinterpret_cast<const char*>(h) + kHeader),
-                                 h->size, action, h->context});
+                                 h->size, action, h->context, h->stack});
   while (g_history.size() > max) g_history.pop_front();
 }
 
@@ -115,11 +173,16 @@ struct CountingAllocator final : public c10::Allocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "leaklab CPU memory limit: allocating ", n, " bytes would pass the limit of ",
                        limit, " bytes (", g_counters.live.load(), " live)");
     }
+    // The stack is captured before the lock: unwinding is the slow part, and needs none.
+    Captured stack;
+    int depth = g_history_max.load(std::memory_order_relaxed) > 0 ? g_stack_depth.load(std::memory_order_relaxed) : 0;
+    if (depth > 0) capture(stack, depth, __builtin_return_address(0));
     auto* h = static_cast<Header*>(c10::alloc_cpu(n + kHeader));
     int64_t t = now_us();
     h->size = n;
     h->time_us = t;
     h->context = birth_context();
+    h->stack = 0;
     auto size = static_cast<int64_t>(n);
     int64_t live = g_counters.live.fetch_add(size, std::memory_order_relaxed) + size;
     int64_t peak = g_counters.peak.load(std::memory_order_relaxed);
@@ -135,6 +198,7 @@ struct CountingAllocator final : public c10::Allocator {
       h->prev = g_live_head.prev;
       g_live_head.prev->next = h;
       g_live_head.prev = h;
+      if (depth > 0) h->stack = intern(stack);
       record(0, h, t);
     }
     void* data = reinterpret_cast<char*>(h) + kHeader;
@@ -211,6 +275,32 @@ void ll_history_enable(size_t max_entries) {
   while (g_history.size() > max_entries) g_history.pop_front();
 }
 
+void ll_stacks_enable(int depth) {
+  g_stack_depth.store(depth < 0 ? 0 : depth > LL_MAX_FRAMES ? LL_MAX_FRAMES : depth);
+  if (depth > 0) {
+    // The unwinder reads the loaded objects' unwind tables on its first call: do it here,
+    // not inside an allocation.
+    try {
+      (void)torch::unwind::unwind();
+    } catch (...) {
+    }
+  }
+}
+
+size_t ll_stack_count(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_stacks.size();
+}
+
+size_t ll_stack_frames(int32_t id, uint64_t* out, size_t cap) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (id < 1 || static_cast<size_t>(id) > g_stacks.size()) return 0;
+  const auto& s = g_stacks[id - 1];
+  size_t n = 0;
+  for (; n < s.size() && n < cap; ++n) out[n] = reinterpret_cast<uint64_t>(s[n]);
+  return n;
+}
+
 size_t ll_history_len(void) {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_history.size();
@@ -231,7 +321,7 @@ size_t ll_live_blocks_copy(ll_block_t* out, size_t cap) {
   size_t n = 0;
   for (Header* h = g_live_head.next; h != &g_live_head && n < cap; h = h->next) {
     out[n++] = ll_block_t{reinterpret_cast<uint64_t>(reinterpret_cast<char*>(h) + kHeader), h->size,
-                          h->time_us, h->context};
+                          h->time_us, h->context, h->stack};
   }
   return n;
 }

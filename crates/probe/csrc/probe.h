@@ -10,6 +10,8 @@ extern "C" {
 #endif
 
 #define LL_MAX_CONTEXTS 64
+// Most native frames captured per allocation.
+#define LL_MAX_FRAMES 128
 
 typedef struct {
   int64_t live_bytes;
@@ -26,6 +28,7 @@ typedef struct {
   uint64_t size;
   int32_t action;   // 0 alloc, 1 free
   int32_t context;  // index into the Rust-side label table
+  int32_t stack;    // interned native stack id (0: none captured)
 } ll_event_t;
 
 typedef struct {
@@ -33,6 +36,7 @@ typedef struct {
   uint64_t size;
   int64_t time_us;
   int32_t context;
+  int32_t stack;
 } ll_block_t;
 
 // CPU: the counting allocator.
@@ -51,6 +55,11 @@ void ll_history_enable(size_t max_entries);
 size_t ll_history_len(void);
 size_t ll_history_copy(ll_event_t* out, size_t cap);
 size_t ll_live_blocks_copy(ll_block_t* out, size_t cap);
+// Native stacks of allocations while the history is on: `depth` frames each (0: off).
+void ll_stacks_enable(int depth);
+size_t ll_stack_count(void);
+// Copies stack `id`'s return addresses, innermost first; returns how many.
+size_t ll_stack_frames(int32_t id, uint64_t* out, size_t cap);
 
 // Autograd and inference mode.
 void* ll_inference_mode_enter(int enabled);

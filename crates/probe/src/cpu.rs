@@ -78,6 +78,8 @@ pub struct Event {
     pub size: u64,
     pub kind: EventKind,
     pub context: MemoryContext,
+    /// The native stack that allocated the block, when stacks were recorded.
+    pub stack: Option<StackId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,13 +95,49 @@ pub struct LiveBlock {
     pub size: u64,
     pub time_us: i64,
     pub context: MemoryContext,
+    pub stack: Option<StackId>,
 }
 
+/// An interned native call stack (see [`stack_addresses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(i32);
+
+impl StackId {
+    fn from_raw(id: i32) -> Option<StackId> {
+        (id > 0).then_some(StackId(id))
+    }
+}
+
+/// Native frames each allocation records while the history is on, by default: deep enough to
+/// reach the caller's code through libtorch's dispatcher, tch and the closures around it.
+pub const DEFAULT_STACK_DEPTH: usize = 64;
+
 /// Starts (or, with 0, stops and clears) the alloc/free history, keeping the newest
-/// `max_entries` events, like `torch.cuda.memory._record_memory_history(max_entries=...)`.
+/// `max_entries` events, like `torch.cuda.memory._record_memory_history(max_entries=...)`,
+/// with each allocation's native stack ([`DEFAULT_STACK_DEPTH`] frames).
 pub fn record_history(max_entries: usize) {
-    // SAFETY: takes the shim's lock and resizes its ring.
-    unsafe { ffi::ll_history_enable(max_entries) }
+    record_history_with_stacks(max_entries, DEFAULT_STACK_DEPTH);
+}
+
+/// The history with `stack_depth` native frames per allocation (0: no stacks, the cheapest).
+/// Only return addresses are captured at allocation time; [`crate::symbols`] turns them into
+/// function, file and line when a snapshot is written.
+pub fn record_history_with_stacks(max_entries: usize, stack_depth: usize) {
+    let depth = if max_entries == 0 { 0 } else { stack_depth.min(ffi::MAX_FRAMES) };
+    // SAFETY: both take the shim's lock or store to an atomic; the depth is clamped.
+    unsafe {
+        ffi::ll_stacks_enable(depth as i32);
+        ffi::ll_history_enable(max_entries);
+    }
+}
+
+/// The return addresses of stack `id`, innermost first.
+pub fn stack_addresses(id: StackId) -> Vec<u64> {
+    let mut out = vec![0u64; ffi::MAX_FRAMES];
+    // SAFETY: the copy is bounded by the buffer's length.
+    let n = unsafe { ffi::ll_stack_frames(id.0, out.as_mut_ptr(), out.len()) };
+    out.truncate(n);
+    out
 }
 
 pub fn history() -> Vec<Event> {
@@ -115,6 +153,7 @@ pub fn history() -> Vec<Event> {
             size: e.size,
             kind: if e.action == 0 { EventKind::Alloc } else { EventKind::Free },
             context: MemoryContext::from_id(e.context),
+            stack: StackId::from_raw(e.stack),
         })
         .collect()
 }
@@ -131,7 +170,7 @@ pub fn live_blocks() -> Vec<LiveBlock> {
             raw.truncate(n);
             return raw
                 .into_iter()
-                .map(|b| LiveBlock { addr: b.addr, size: b.size, time_us: b.time_us, context: MemoryContext::from_id(b.context) })
+                .map(|b| LiveBlock { addr: b.addr, size: b.size, time_us: b.time_us, context: MemoryContext::from_id(b.context), stack: StackId::from_raw(b.stack) })
                 .collect();
         }
     }

@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 pub const MAX_CONTEXTS: usize = 64;
+pub const MAX_FRAMES: usize = 128;
 pub const ERR_LEN: usize = 512;
 
 #[repr(C)]
@@ -24,6 +25,7 @@ pub struct EventRaw {
     pub size: u64,
     pub action: i32,
     pub context: i32,
+    pub stack: i32,
 }
 
 #[repr(C)]
@@ -33,6 +35,7 @@ pub struct BlockRaw {
     pub size: u64,
     pub time_us: i64,
     pub context: i32,
+    pub stack: i32,
 }
 
 #[repr(C)]
@@ -65,6 +68,8 @@ extern "C" {
     pub fn ll_history_len() -> usize;
     pub fn ll_history_copy(out: *mut EventRaw, cap: usize) -> usize;
     pub fn ll_live_blocks_copy(out: *mut BlockRaw, cap: usize) -> usize;
+    pub fn ll_stacks_enable(depth: c_int);
+    pub fn ll_stack_frames(id: i32, out: *mut u64, cap: usize) -> usize;
 
     pub fn ll_inference_mode_enter(enabled: c_int) -> *mut c_void;
     pub fn ll_inference_mode_exit(guard: *mut c_void);

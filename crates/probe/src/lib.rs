@@ -8,7 +8,8 @@
 //! - [`mode`]: `c10::InferenceMode` as a guard and a closure, beside tch's no_grad.
 //! - [`cuda`]: the CUDA caching allocator's statistics, `empty_cache`, history and snapshots.
 //! - [`process`] (RSS, malloc heap) and [`nvml`] (GPU memory as the driver sees it).
-//! - [`snapshot`]: the CPU history written in the pickle format that pytorch.org/memory_viz opens.
+//! - [`snapshot`]: the CPU history written in the pickle format that pytorch.org/memory_viz opens,
+//!   each allocation with its native stack, resolved to lines by [`symbols`].
 //! - [`MemorySample`]: every probe at once, cheap enough for every request.
 
 pub mod context;
@@ -21,6 +22,7 @@ pub mod nvml;
 pub mod process;
 mod sample;
 pub mod snapshot;
+pub mod symbols;
 
 pub use context::{ContextGuard, DefaultContextGuard, MemoryContext};
 pub use cpu::CpuStats;

@@ -4,13 +4,16 @@
 //! The viewer reads a pickled dict with `segments` (what is alive now, as blocks inside
 //! segments) and `device_traces` (one list of alloc/free events per device). The CPU allocator
 //! has no segments of its own, so each live block is presented as a segment holding that one
-//! block, and each event's single stack frame names the memory context (request stage) in
-//! which the block was born. Everything is put under device 0.
+//! block. Each block's and event's frames are its native call stack, innermost first and
+//! resolved to function, file and line ([`crate::symbols`]) when stacks were recorded,
+//! followed by one last frame that names the memory context (request stage) in which the block
+//! was born. Everything is put under device 0.
 
 use crate::context::MemoryContext;
-use crate::cpu::{self, EventKind};
-use crate::{Error, Result};
+use crate::cpu::{self, EventKind, StackId};
+use crate::{symbols, Error, Result};
 use serde::Serialize;
+use std::collections::HashMap;
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
@@ -49,7 +52,7 @@ pub struct Block {
     pub frames: Vec<Frame>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Frame {
     pub name: String,
     pub filename: String,
@@ -66,13 +69,30 @@ pub struct TraceEntry {
     pub frames: Vec<Frame>,
 }
 
-fn frames(context: MemoryContext) -> Vec<Frame> {
-    vec![Frame { name: context.name().to_string(), filename: "leaklab (memory context)".into(), line: 0 }]
+/// The frames of each distinct (stack, context) pair, resolved once per snapshot.
+#[derive(Default)]
+struct Frames {
+    resolved: HashMap<(Option<StackId>, MemoryContext), Vec<Frame>>,
+}
+
+impl Frames {
+    fn of(&mut self, stack: Option<StackId>, context: MemoryContext) -> Vec<Frame> {
+        self.resolved
+            .entry((stack, context))
+            .or_insert_with(|| {
+                let native = stack.map(|id| symbols::resolve(&cpu::stack_addresses(id))).unwrap_or_default();
+                let mut frames: Vec<Frame> = native.into_iter().map(|f| Frame { name: f.name, filename: f.filename, line: f.line }).collect();
+                frames.push(Frame { name: context.name().to_string(), filename: "leaklab (memory context)".into(), line: 0 });
+                frames
+            })
+            .clone()
+    }
 }
 
 /// The current CPU state: every live block, plus the recorded history (see
 /// [`cpu::record_history`]; empty when it was never turned on).
 pub fn cpu_snapshot() -> Snapshot {
+    let mut frames = Frames::default();
     let segments = cpu::live_blocks()
         .into_iter()
         .map(|b| Segment {
@@ -87,7 +107,7 @@ pub fn cpu_snapshot() -> Snapshot {
             segment_pool_id: (0, 0),
             is_expandable: false,
             frames: Vec::new(),
-            blocks: vec![Block { address: b.addr, size: b.size, requested_size: b.size, state: "active_allocated", frames: frames(b.context) }],
+            blocks: vec![Block { address: b.addr, size: b.size, requested_size: b.size, state: "active_allocated", frames: frames.of(b.stack, b.context) }],
         })
         .collect();
     let mut trace = Vec::new();
@@ -98,7 +118,7 @@ pub fn cpu_snapshot() -> Snapshot {
             EventKind::Free => &["free_requested", "free_completed"],
         };
         for action in actions {
-            trace.push(TraceEntry { action, addr: e.addr, size: e.size, stream: 0, time_us: e.time_us, frames: frames(e.context) });
+            trace.push(TraceEntry { action, addr: e.addr, size: e.size, stream: 0, time_us: e.time_us, frames: frames.of(e.stack, e.context) });
         }
     }
     Snapshot { segments, device_traces: vec![trace], allocator_settings: AllocatorSettings { allocator: "leaklab counting CPU allocator" } }

@@ -24,12 +24,14 @@ fn history_is_bounded_by_max_entries() {
 fn structure(snap: &snapshot::Snapshot, ctx: MemoryContext) -> serde_json::Value {
     let value = serde_json::to_value(snap).unwrap();
     let keys = |v: &serde_json::Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
-    let mine: Vec<_> = value["segments"].as_array().unwrap().iter().filter(|s| s["blocks"][0]["frames"][0]["name"] == ctx.name()).collect();
+    // The memory context is each stack's outermost (last) frame.
+    let context_of = |frames: &serde_json::Value| frames.as_array().and_then(|f| f.last()).map(|f| f["name"].clone());
+    let mine: Vec<_> = value["segments"].as_array().unwrap().iter().filter(|s| context_of(&s["blocks"][0]["frames"]) == Some(ctx.name().into())).collect();
     let events: Vec<_> = value["device_traces"][0]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["frames"][0]["name"] == ctx.name())
+        .filter(|e| context_of(&e["frames"]) == Some(ctx.name().into()))
         .map(|e| serde_json::json!({"action": e["action"], "size": e["size"]}))
         .collect();
     serde_json::json!({
@@ -38,7 +40,7 @@ fn structure(snap: &snapshot::Snapshot, ctx: MemoryContext) -> serde_json::Value
         "segment_keys": keys(mine[0]),
         "block_keys": keys(&mine[0]["blocks"][0]),
         "block_state": mine[0]["blocks"][0]["state"],
-        "frame": mine[0]["blocks"][0]["frames"][0],
+        "context_frame": mine[0]["blocks"][0]["frames"].as_array().unwrap().last(),
         "trace_keys": keys(&value["device_traces"][0][0]),
         "live_blocks_in_context": mine.len(),
         "events_in_context": events,
@@ -55,10 +57,17 @@ fn snapshot_opens_with_pytorchs_own_memory_viz_tools() {
         let _in_ctx = ctx.enter();
         (Tensor::zeros([16, 16], (Kind::Float, Device::Cpu)), Tensor::zeros([8], (Kind::Float, Device::Cpu)))
     };
+    let kept_line = line!() - 2;
     drop(freed);
     let snap = snapshot::cpu_snapshot();
     cpu::record_history(0);
     insta::assert_json_snapshot!(structure(&snap, ctx));
+    // The native stack of the kept block names this file and the line that allocated it,
+    // under torch's and tch's own frames.
+    let block = snap.segments.iter().flat_map(|s| &s.blocks).find(|b| b.size == 1024 && b.frames.last().is_some_and(|f| f.name == ctx.name())).expect("the kept block");
+    let here = block.frames.iter().find(|f| f.filename.ends_with("tests/memory_viz.rs")).unwrap_or_else(|| panic!("no frame in this file: {:#?}", block.frames));
+    assert_eq!(here.line, kept_line as i64, "{:#?}", block.frames);
+    assert!(block.frames.iter().position(|f| f.filename.contains("libtorch") || f.filename.contains("libc10")).is_some_and(|torch| torch < block.frames.iter().position(|f| f == here).unwrap()), "torch frames come first (innermost): {:#?}", block.frames);
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cpu.pickle");

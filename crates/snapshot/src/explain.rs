@@ -9,16 +9,24 @@ use std::collections::{HashMap, HashSet};
 /// Frames that are PyTorch's, the Python runtime's or the C++ plumbing's, not the user's:
 /// skipped when naming the line that holds memory (the same spirit as `_memory_viz`'s filter).
 pub fn is_internal(frame: &Frame) -> bool {
-    const FILES: [&str; 16] = [
+    // Rust and C++ native stacks (leaklab's own snapshots, `stacks="all"`) add crates from the
+    // cargo registry, the standard library's sources, glibc's, and objects without line tables.
+    const FILES: [&str; 21] = [
         "/torch/", "site-packages/", "dist-packages/", "<frozen ", "/lib/python3", "/usr/lib/", "core/boxing", "/Register", "/Redispatch",
-        "pythonrun.c", "ceval.c", "Objects/", "Modules/", "/aten/", "/c10/", "/rustc/",
+        "pythonrun.c", "ceval.c", "Objects/", "Modules/", "/aten/", "/c10/", "/rustc/", "/.cargo/registry/", "/.cargo/git/", "/rustlib/",
+        "nptl/", "sysdeps/",
     ];
     const NAMES: [&str; 8] = ["unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start", "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_"];
     let file = &*frame.filename;
     // Profile-converted snapshots name C functions and modules without a file.
     let unplaced = file == "none" && (frame.name.starts_with("<built-in") || frame.name.starts_with("nn.Module:") || frame.name.starts_with("aten::"));
+    // A native frame without line tables is placed in its object file (an executable or a
+    // shared library, never a source file): library code the user did not write.
+    const SOURCES: [&str; 9] = [".rs", ".py", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu"];
+    let object = frame.line == 0 && file.starts_with('/') && !SOURCES.iter().any(|ext| file.ends_with(ext));
     file.is_empty()
         || file == "??"
+        || object
         || unplaced
         || file.starts_with("torch/")
         || FILES.iter().any(|f| file.contains(f))
