@@ -111,14 +111,15 @@ impl Torch {
         run_as_is(cmd)
     }
 
-    /// The Python twin's packages (FastAPI, uvicorn, safetensors, prometheus_client), in the
-    /// same python as torch.
+    /// The Python twin's packages (FastAPI, uvicorn, safetensors, prometheus_client) and the
+    /// Kubernetes manifests' validator (kubernetes-validate, schemas bundled: works offline), in
+    /// the same python as torch.
     pub fn ensure_python_packages(&self) -> Result<()> {
         let Some(python) = &self.python else { return Ok(()) };
-        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors, prometheus_client"]).output().map(|o| o.status.success()).unwrap_or(false);
+        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors, prometheus_client, kubernetes_validate"]).output().map(|o| o.status.success()).unwrap_or(false);
         if !present {
-            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors, prometheus_client) into {}", python.display());
-            pip_install(python, &["fastapi", "uvicorn", "safetensors", "prometheus_client"])?;
+            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors, prometheus_client) and kubernetes-validate into {}", python.display());
+            pip_install(python, &["fastapi", "uvicorn", "safetensors", "prometheus_client", "kubernetes-validate==1.37.0"])?;
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: everything CI runs. Unit, integration and doc tests (the benches once
-//! each in test mode), the Python twin's packages installed first, the alert rules under
-//! promtool, and the device bundle built and run here on CPU. Extra arguments go to `cargo
-//! test` and skip the last two steps.
+//! each in test mode), the Python twin's packages and Prometheus (server and promtool, for the
+//! fleet tests) installed first, the alert rules under promtool, the Kubernetes manifests
+//! validated, and the device bundle built and run here on CPU. Extra arguments go to `cargo
+//! test` and skip the last three steps.
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
@@ -10,6 +11,7 @@ use std::process::Command;
 
 pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     torch.ensure_python_packages()?;
+    let promtool = crate::apt::ensure("promtool", "prometheus");
     let mut all = torch.cargo();
     all.args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
     let mut docs = torch.cargo();
@@ -17,19 +19,51 @@ pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     let (all, docs) = (run(all), run(docs));
     all.and(docs)?;
     if args.is_empty() {
-        promtool_rules()?;
+        promtool_rules(promtool)?;
+        kubernetes(torch, promtool)?;
         crate::bundle::build_and_smoke(torch)?;
     }
     Ok(())
 }
 
-/// `promtool test rules` on the runbook's alert rules.
-fn promtool_rules() -> Result<()> {
-    if !crate::apt::ensure("promtool", "prometheus") {
+/// `promtool test rules` on the alert rules.
+fn promtool_rules(installed: bool) -> Result<()> {
+    if !installed {
         eprintln!("leaklab: SKIPPED promtool test rules: promtool is not installed and could not be (apt-get install prometheus)");
         return Ok(());
     }
     let mut cmd = Command::new("promtool");
     cmd.current_dir(workspace_root().join("docs/prometheus")).args(["test", "rules", "leaklab-alerts.test.yml"]);
     run(cmd).context("the alert rules' promtool test failed")
+}
+
+/// docs/kubernetes: the core objects under `kubernetes-validate --strict`, and the
+/// PrometheusRule's groups, which must be docs/prometheus/leaklab-alerts.yml's `groups` indented
+/// under `spec:`, under `promtool check rules`.
+fn kubernetes(torch: &Torch, promtool: bool) -> Result<()> {
+    let dir = workspace_root().join("docs/kubernetes");
+    let validator = torch.python.as_ref().map(|p| p.with_file_name("kubernetes-validate"));
+    match validator.filter(|v| v.exists()) {
+        Some(v) => {
+            let mut cmd = Command::new(v);
+            cmd.args(["--strict", "--quiet"]).arg(dir.join("inference.yaml"));
+            run(cmd).context("docs/kubernetes/inference.yaml does not validate")?;
+        }
+        None => eprintln!("leaklab: SKIPPED kubernetes-validate: no python environment to install it in"),
+    }
+    let rules = std::fs::read_to_string(workspace_root().join("docs/prometheus/leaklab-alerts.yml"))?;
+    let monitoring = std::fs::read_to_string(dir.join("monitoring.yaml"))?;
+    let embedded = monitoring.split_once("kind: PrometheusRule").and_then(|(_, rest)| rest.split_once("\nspec:\n")).map(|(_, spec)| spec).context("monitoring.yaml has no PrometheusRule spec")?;
+    let groups: String = embedded.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).map(|l| format!("{l}\n")).collect();
+    let expected = &rules[rules.find("groups:").context("no groups in leaklab-alerts.yml")?..];
+    anyhow::ensure!(groups == expected, "docs/kubernetes/monitoring.yaml's PrometheusRule is not docs/prometheus/leaklab-alerts.yml's groups: copy them over (indented two spaces under spec:)");
+    if promtool {
+        let extracted = workspace_root().join("target/leaklab/prometheus-rule-groups.yml");
+        std::fs::create_dir_all(extracted.parent().unwrap())?;
+        std::fs::write(&extracted, groups)?;
+        let mut cmd = Command::new("promtool");
+        cmd.args(["check", "rules"]).arg(&extracted);
+        run(cmd).context("the PrometheusRule's rules do not pass promtool check rules")?;
+    }
+    Ok(())
 }

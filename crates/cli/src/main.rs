@@ -5,7 +5,8 @@
 //! - `leaklab run-lab`: every variant run as a `leaklab-service` process, judged, written up.
 //! - `leaklab soak`, `leaklab bench`: sustained load, and the HTTP side of the benchmarks.
 //! - `leaklab snapshot explain|diff`: which lines hold the memory, from PyTorch's snapshot pickles.
-//! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service.
+//! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service;
+//!   `leaklab scan --prometheus URL --query Q`: the same for every pod of a fleet, from Prometheus.
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -30,7 +31,8 @@ enum Command {
     /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
     Bench(BenchArgs),
     /// Drive load at a running HTTP service and judge its memory from outside: leak, plateau or
-    /// flat, how fast, which memory, and when it runs out. Exit 0 pass, 1 fail, 2 cannot judge.
+    /// flat, how fast, which memory, and when it runs out; or, with --prometheus, judge every
+    /// pod's memory series over a range. Exit 0 pass, 1 fail, 2 cannot judge.
     Scan(Box<ScanArgs>),
     /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
     #[command(subcommand)]
@@ -80,8 +82,11 @@ struct SnapshotView {
 
 #[derive(Args)]
 struct ScanArgs {
-    /// The endpoint to drive, e.g. http://127.0.0.1:8000/v1/infer.
-    url: String,
+    /// The endpoint to drive, e.g. http://127.0.0.1:8000/v1/infer (not with --prometheus).
+    #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
+    url: Option<String>,
+    #[command(flatten)]
+    fleet: FleetArgs,
     /// Request body: a file, a folder of files (cycled), or - for stdin (repeat the flag to cycle several).
     #[arg(long = "body")]
     bodies: Vec<String>,
@@ -130,7 +135,8 @@ struct ScanArgs {
     /// ...for these series (repeat), e.g. process_resident_memory_bytes.
     #[arg(long = "series")]
     series: Vec<String>,
-    /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the machine's memory).
+    /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
+    /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long)]
     capacity: Option<bytesize::ByteSize>,
     /// Requests per second in production (default: the reference scenario's one every 32 s).
@@ -147,6 +153,95 @@ struct ScanArgs {
     json: bool,
 }
 
+/// `leaklab scan --prometheus`: the fleet, from the Prometheus server it already runs.
+#[derive(Args)]
+struct FleetArgs {
+    /// A Prometheus server, e.g. http://prometheus:9090: judge every group of --query over --range.
+    #[arg(long)]
+    prometheus: Option<String>,
+    /// The memory series, e.g. DCGM_FI_DEV_FB_USED or container_memory_working_set_bytes{container="server"}.
+    #[arg(long, requires = "prometheus")]
+    query: Option<String>,
+    /// Labels to group by (`sum by (...)`), comma-separated; "" for the series as they come.
+    #[arg(long, default_value = "pod", requires = "prometheus")]
+    by: String,
+    /// How far back, e.g. 12h.
+    #[arg(long, default_value = "12h", value_parser = humantime::parse_duration, requires = "prometheus")]
+    range: std::time::Duration,
+    /// Resolution (default: 2,880 points over the range, never under 15s).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "prometheus")]
+    step: Option<std::time::Duration>,
+    /// The range's end: unix seconds or RFC 3339 (default: now).
+    #[arg(long, value_parser = parse_time, requires = "prometheus")]
+    end: Option<f64>,
+    /// The query's unit: bytes, or MiB (DCGM's framebuffer gauges).
+    #[arg(long, default_value = "bytes", requires = "prometheus")]
+    unit: Unit,
+    /// Each group's capacity, in the query's unit, e.g. DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE.
+    #[arg(long, requires = "prometheus", conflicts_with = "capacity")]
+    capacity_query: Option<String>,
+    /// Each group's requests per second, for bytes per request, e.g. rate(http_requests_total[5m]).
+    #[arg(long, requires = "prometheus")]
+    rate_query: Option<String>,
+    /// The start of each life that began in the range, left unjudged (start-up, load ramping back).
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, requires = "prometheus")]
+    life_warmup: std::time::Duration,
+    /// Groups in the table, most urgent first (--json has them all).
+    #[arg(long, default_value_t = 20, requires = "prometheus")]
+    top: usize,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Unit {
+    Bytes,
+    #[value(name = "MiB")]
+    Mib,
+}
+
+fn parse_time(s: &str) -> Result<f64, String> {
+    if let Ok(unix) = s.parse::<f64>() {
+        return Ok(unix);
+    }
+    let t = humantime::parse_rfc3339_weak(s).map_err(|e| format!("`{s}`: give unix seconds or an RFC 3339 time ({e})"))?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs_f64())
+}
+
+fn fleet(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
+    let f = a.fleet;
+    let Some(query) = f.query else { anyhow::bail!("--prometheus needs the memory series to judge: --query DCGM_FI_DEV_FB_USED, for example") };
+    let unit_bytes = match f.unit {
+        Unit::Bytes => 1.0,
+        Unit::Mib => 1024.0 * 1024.0,
+    };
+    let capacity = match (f.capacity_query, a.capacity) {
+        (Some(q), _) => leaklab_fleet::Capacity::Query(q),
+        (None, Some(c)) => leaklab_fleet::Capacity::Bytes(c.as_u64()),
+        (None, None) => leaklab_fleet::Capacity::None,
+    };
+    let options = leaklab_fleet::FleetOptions {
+        prometheus: f.prometheus.unwrap_or_default(),
+        query,
+        by: f.by.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect(),
+        range: leaklab_fleet::range(f.end, f.range, f.step)?,
+        unit_bytes,
+        capacity,
+        rate_query: f.rate_query,
+        warmup_s: f.life_warmup.as_secs_f64(),
+        fail_within_s: a.fail_if_oom_within.as_secs_f64(),
+        timeout: a.timeout.max(std::time::Duration::from_secs(60)),
+    };
+    let report = leaklab_runner::commands::runtime()?.block_on(leaklab_fleet::scan_fleet(&options))?;
+    let written = report.write(&a.out);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table(f.top));
+        println!("\nreport: {}/report.md", a.out.display());
+    }
+    written.map_err(|e| e.context(format!("cannot write the report to {}", a.out.display())))?;
+    Ok(report.outcome)
+}
+
 fn parse_header(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once(':').ok_or_else(|| format!("`{s}`: a header is `Name: value`"))?;
     Ok((k.trim().to_string(), v.trim().to_string()))
@@ -154,6 +249,9 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 
 fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
     use leaklab_scan::signals::Signal;
+    if a.fleet.prometheus.is_some() {
+        return fleet(a);
+    }
     let mut signals = Vec::new();
     if let Some(pid) = a.pid {
         signals.push(Signal::Process { pid });
@@ -173,7 +271,7 @@ fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         (None, true) => {}
     }
     let options = leaklab_scan::ScanOptions {
-        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url, method: a.method, headers: a.headers, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
+        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url.unwrap_or_default(), method: a.method, headers: a.headers, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
         warmup: a.warmup,
         requests: a.requests,
         max_requests: a.max_requests.max(a.warmup + a.requests),
@@ -184,7 +282,7 @@ fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         max_error_ratio: a.max_error_ratio,
         signals,
         capacity: a.capacity.map(|c| c.as_u64()),
-        budget: leaklab_scan::verdict::Budget { requests_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
+        budget: leaklab_scan::verdict::Budget { steps_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
         quiet: a.json,
     };
     let report = leaklab_runner::commands::runtime()?.block_on(leaklab_scan::scan(&options))?;

@@ -4,37 +4,9 @@
 
 mod common;
 
-use common::{leaklab, service_exe};
-use std::io::{BufRead, BufReader};
+use common::{body, leaklab, rust, service_exe, Service};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-
-/// A service process on a free loopback port, killed when dropped.
-struct Service {
-    child: Child,
-    base: String,
-}
-
-impl Service {
-    fn start(mut command: Command) -> Service {
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = lines.find_map(|l| l.ok().and_then(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_string()))).expect("the service prints its address");
-        std::thread::spawn(move || lines.for_each(drop));
-        Service { child, base }
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use std::process::Command;
 
 fn python() -> String {
     std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON and installs the twin's packages")
@@ -49,20 +21,6 @@ fn twin(variant: &str, weights: &Path) -> Service {
     let mut c = Command::new(python());
     c.arg(root().join("lab/python/twin_service.py")).args(["--variant", variant, "--port", "0", "--threads", "1", "--weights"]).arg(weights);
     Service::start(c)
-}
-
-fn rust(variant: &str) -> Service {
-    let mut c = Command::new(service_exe());
-    c.args(["serve", "--variant", variant, "--port", "0", "--threads", "1", "--debug-endpoints"]);
-    Service::start(c)
-}
-
-/// A request body of the lab's model (8 rows × 512), as a user would save one.
-fn body(dir: &Path) -> PathBuf {
-    let path = dir.join("body.json");
-    let rows: Vec<Vec<f32>> = (0..8).map(|r| (0..512).map(|c| ((r * 512 + c) % 97) as f32 / 97.0 - 0.5).collect()).collect();
-    std::fs::write(&path, serde_json::to_vec(&serde_json::json!({ "inputs": rows })).unwrap()).unwrap();
-    path
 }
 
 /// `leaklab scan` with the test's common flags; its exit code and JSON report.

@@ -9,6 +9,7 @@
 //!
 //! This crate knows nothing about libtorch or HTTP: it reads numbers.
 
+pub mod budget;
 pub mod harness;
 pub mod noisy;
 pub mod projection;
@@ -47,5 +48,15 @@ pub fn human_bytes(bytes: f64) -> String {
         format!("{value:.0} B")
     } else {
         format!("{value:.2} {unit}")
+    }
+}
+
+/// A duration as an operator reads it: days past two days, hours past two hours, then minutes.
+pub fn human_duration(seconds: f64) -> String {
+    match seconds {
+        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
+        s if s >= 7200.0 => format!("{:.1} h", s / 3600.0),
+        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{s:.0} s"),
     }
 }

@@ -58,13 +58,7 @@ impl LabReport {
 
     /// The verdict table for the terminal.
     pub fn table(&self) -> String {
-        let rows = self.rows();
-        let widths: Vec<usize> = (0..9).map(|c| rows.iter().map(|r| r[c].chars().count()).chain([Self::HEADER[c].len()]).max().unwrap_or(0)).collect();
-        let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
-        let mut out = vec![line(Self::HEADER.to_vec())];
-        out.push(widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-        out.extend(rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
-        out.join("\n")
+        aligned_table(&Self::HEADER, &self.rows())
     }
 
     /// The table's stable parts (no byte counts), for regression snapshots.
@@ -142,4 +136,14 @@ impl LabReport {
 fn growth(series: &[(u64, i64)]) -> Vec<(f64, f64)> {
     let base = series.first().map_or(0, |s| s.1);
     series.iter().map(|(x, y)| (*x as f64, (y - base) as f64 / 1e6)).collect()
+}
+
+/// A table for the terminal: columns padded to their widest cell, a rule under the header,
+/// two spaces between columns (run-lab's verdicts, scan's series, the fleet's groups).
+pub fn aligned_table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String {
+    let widths: Vec<usize> = (0..header.len()).map(|c| rows.iter().map(|r| r.as_ref()[c].chars().count()).chain([header[c].chars().count()]).max().unwrap_or(0)).collect();
+    let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+    let mut out = vec![line(header.to_vec()), widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")];
+    out.extend(rows.iter().map(|r| line(r.as_ref().iter().map(String::as_str).collect())));
+    out.join("\n")
 }

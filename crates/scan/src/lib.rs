@@ -85,27 +85,7 @@ pub struct SeriesResult {
     pub ops: Option<Ops>,
 }
 
-/// How the scan ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Nothing runs out within the budget.
-    Pass,
-    /// Some series runs out within the budget.
-    Fail,
-    /// Too little to judge (a dead target, too few samples, no signal).
-    CannotJudge,
-}
-
-impl Outcome {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Pass => 0,
-            Outcome::Fail => 1,
-            Outcome::CannotJudge => 2,
-        }
-    }
-}
+pub use leaklab_detect::budget::Outcome;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScanReport {

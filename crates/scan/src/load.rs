@@ -3,6 +3,7 @@
 //! (seeded, reproducible), since caches leak only on new inputs.
 
 use anyhow::{bail, Context, Result};
+use leaklab_vocab::SeededRng;
 use std::io::Read;
 use std::path::Path;
 
@@ -39,19 +40,16 @@ pub fn body(bodies: &[Vec<u8>], index: u64, vary: Option<u64>) -> Result<Vec<u8>
     let Some(raw) = bodies.get(index as usize % bodies.len().max(1)) else { return Ok(Vec::new()) };
     let Some(seed) = vary else { return Ok(raw.clone()) };
     let mut value: serde_json::Value = serde_json::from_slice(raw).context("--vary needs JSON bodies (it nudges their numbers)")?;
-    let mut state = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    nudge(&mut value, &mut state);
+    let mut rng = SeededRng::new(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    nudge(&mut value, &mut rng);
     Ok(serde_json::to_vec(&value)?)
 }
 
-fn nudge(value: &mut serde_json::Value, state: &mut u64) {
+fn nudge(value: &mut serde_json::Value, rng: &mut SeededRng) {
     use serde_json::Value;
     match value {
         Value::Number(n) => {
-            *state ^= *state << 13;
-            *state ^= *state >> 7;
-            *state ^= *state << 17;
-            let unit = (*state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            let unit = rng.symmetric();
             if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
                 if let Some(v) = serde_json::Number::from_f64(f * (1.0 + 1e-3 * unit) + 1e-6 * unit) {
                     *n = v;
@@ -60,8 +58,8 @@ fn nudge(value: &mut serde_json::Value, state: &mut u64) {
                 *n = serde_json::Number::from(i + (unit * 2.0).round() as i64);
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| nudge(v, state)),
-        Value::Object(map) => map.values_mut().for_each(|v| nudge(v, state)),
+        Value::Array(items) => items.iter_mut().for_each(|v| nudge(v, rng)),
+        Value::Object(map) => map.values_mut().for_each(|v| nudge(v, rng)),
         _ => {}
     }
 }

@@ -4,19 +4,11 @@
 use crate::verdict::Ops;
 use crate::{Outcome, ScanReport, SeriesResult};
 use anyhow::Result;
-use leaklab_detect::human_bytes;
+use leaklab_detect::{human_bytes, human_duration as duration};
 use leaklab_runner::files::write_atomic;
 use leaklab_runner::plot;
+use leaklab_runner::report::aligned_table;
 use std::path::Path;
-
-fn duration(seconds: f64) -> String {
-    match seconds {
-        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
-        s if s >= 7200.0 => format!("{:.1} h", s / 3600.0),
-        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
-        s => format!("{s:.0} s"),
-    }
-}
 
 fn row(s: &SeriesResult) -> [String; 7] {
     let Some(j) = &s.judgement else {
@@ -27,13 +19,7 @@ fn row(s: &SeriesResult) -> [String; 7] {
         (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
         (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
     };
-    let result = match s.ops {
-        Some(Ops::Fail) => "FAIL",
-        Some(Ops::LikelyFail) => "FAIL (likely)",
-        Some(Ops::LikelyPass) => "pass (likely)",
-        Some(Ops::Pass) => "pass",
-        Some(Ops::NoCapacity) | None => "-",
-    };
+    let result = s.ops.map_or("-", Ops::label);
     [
         s.series.clone(),
         j.verdict.to_string(),
@@ -50,10 +36,7 @@ const HEADER: [&str; 7] = ["series", "verdict", "bytes/request", "noise", "floor
 impl ScanReport {
     pub fn table(&self) -> String {
         let rows: Vec<[String; 7]> = self.series.iter().map(row).collect();
-        let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].chars().count()).chain([HEADER[c].len()]).max().unwrap_or(0)).collect();
-        let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
-        let mut out = vec![line(HEADER.to_vec()), widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")];
-        out.extend(rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
+        let mut out = vec![aligned_table(&HEADER, &rows)];
         out.push(String::new());
         out.push(self.summary());
         out.join("\n")
@@ -69,7 +52,7 @@ impl ScanReport {
         let mut text = format!(
             "{outcome} ({} at {:.3} requests/s).\n{}\nEvidence: {} requests ({} warm-up, not judged) in {:.1} s, {} errors; each series judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself.",
             duration(self.budget.seconds),
-            self.budget.requests_per_second,
+            self.budget.steps_per_second,
             self.diagnosis,
             self.requests_sent,
             self.warmup,

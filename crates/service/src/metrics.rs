@@ -29,9 +29,19 @@ pub struct StageLabels {
     pub stage: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabels {
+    pub variant: String,
+    /// `host` (the machine's memory, or the cgroup's limit when lower) or `gpu` (the device's).
+    pub memory: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     variant: String,
+    /// What each memory may grow to: the alert rules' capacity comes from a series, never a constant.
+    capacity: Family<CapacityLabels, Gauge>,
+    host_capacity: Option<i64>,
     pub requests: Family<OutcomeLabels, Counter>,
     pub latency: Histogram,
     memory: Family<ProbeLabels, Gauge>,
@@ -49,7 +59,9 @@ impl Metrics {
         registry.register("memory_bytes", "Memory as each probe sees it (cpu_allocator_live is exact)", memory.clone());
         let stage_memory = Family::<StageLabels, Gauge>::default();
         registry.register("stage_live_bytes", "Live CPU allocator bytes by the request stage that allocated them", stage_memory.clone());
-        Metrics { registry, variant: variant.to_string(), requests, latency, memory, stage_memory }
+        let capacity = Family::<CapacityLabels, Gauge>::default();
+        registry.register("memory_capacity_bytes", "What each memory may grow to: host (the machine, or the cgroup limit when lower) and gpu (the device)", capacity.clone());
+        Metrics { registry, variant: variant.to_string(), requests, latency, memory, stage_memory, capacity, host_capacity: host_capacity() }
     }
 
     pub fn count(&self, outcome: &str) {
@@ -71,6 +83,10 @@ impl Metrics {
         for (probe, value) in gauges {
             self.memory.get_or_create(&ProbeLabels { variant: self.variant.clone(), probe: probe.into() }).set(value);
         }
+        let capacities = [("host", self.host_capacity), ("gpu", m.nvml.map(|n| n.device_total_bytes as i64))];
+        for (memory, bytes) in capacities.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))) {
+            self.capacity.get_or_create(&CapacityLabels { variant: self.variant.clone(), memory: memory.into() }).set(bytes);
+        }
         for (stage, bytes) in sample.stage_live_bytes.iter() {
             self.stage_memory.get_or_create(&StageLabels { variant: self.variant.clone(), stage: stage.name().into() }).set(bytes);
         }
@@ -81,4 +97,12 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// The machine's memory, or this process's cgroup limit (v2 or v1) when lower.
+fn host_capacity() -> Option<i64> {
+    let number = |path: &str| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<i64>().ok());
+    let total = std::fs::read_to_string("/proc/meminfo").ok()?.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|r| r.split_whitespace().next()?.parse::<i64>().ok())? * 1024;
+    let limit = number("/sys/fs/cgroup/memory.max").or_else(|| number("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+    Some(limit.map_or(total, |l| l.min(total)))
 }

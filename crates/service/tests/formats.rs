@@ -35,6 +35,8 @@ async fn infer_memory_and_metrics_formats() {
     series.sort();
     insta::assert_snapshot!("metrics_series", series.join("\n"));
     assert!(text.contains("leaklab_memory_bytes{variant=\"refs-leaky\",probe=\"cpu_allocator_live\"}"));
+    // The alert rules' capacity (docs/prometheus/leaklab-alerts.yml) is this series.
+    assert!(text.contains("leaklab_memory_capacity_bytes{variant=\"refs-leaky\",memory=\"host\"}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

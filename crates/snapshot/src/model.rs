@@ -8,7 +8,7 @@
 
 use crate::pickle::Value;
 use serde::Serialize;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -113,6 +113,9 @@ pub enum FormatError {
 
 struct Interner {
     stacks: HashMap<Vec<Frame>, Stack>,
+    /// Stacks the pickle reader already shares, by the list's address: a stack seen a million
+    /// times is converted once.
+    seen: HashMap<usize, Stack>,
     texts: HashMap<String, Rc<str>>,
     empty: Stack,
 }
@@ -145,6 +148,21 @@ impl Interner {
     }
 
     fn stack(&mut self, frames: Option<Value>) -> Stack {
+        let address = match &frames {
+            Some(Value::List(l)) => Some(Rc::as_ptr(l) as *const u8 as usize),
+            _ => None,
+        };
+        if let Some(s) = address.and_then(|a| self.seen.get(&a)) {
+            return s.clone();
+        }
+        let stack = self.convert(frames);
+        if let Some(a) = address {
+            self.seen.insert(a, stack.clone());
+        }
+        stack
+    }
+
+    fn convert(&mut self, frames: Option<Value>) -> Stack {
         let Some(items) = frames.and_then(|f| f.items()) else { return self.empty.clone() };
         let frames: Vec<Frame> = items
             .iter()
@@ -184,7 +202,7 @@ impl Snapshot {
     pub fn from_value(root: &Value) -> Result<Snapshot, FormatError> {
         let Value::Dict(_) = root else { return Err(FormatError::NotASnapshot(root.kind().into())) };
         let segments = root.get("segments").and_then(|s| s.items()).ok_or_else(|| FormatError::NotASnapshot("a dict without a `segments` list".into()))?;
-        let mut interner = Interner { stacks: HashMap::new(), texts: HashMap::new(), empty: Rc::from(Vec::new()) };
+        let mut interner = Interner { stacks: HashMap::default(), seen: HashMap::default(), texts: HashMap::default(), empty: Rc::from(Vec::new()) };
         let mut out = Snapshot::default();
         for (i, seg) in segments.iter().enumerate() {
             let what = format!("segment {i}");

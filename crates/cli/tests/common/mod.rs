@@ -1,7 +1,8 @@
 //! Shared by the `leaklab` binary's tests: the binary, wired to the lab's service binary.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 /// `leaklab-service`, built beside `leaklab` (cargo builds it for `cargo test --workspace`;
@@ -25,4 +26,49 @@ pub fn leaklab() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leaklab"));
     command.env("LEAKLAB_SERVICE", service_exe());
     command
+}
+
+/// A service process on a free loopback port, killed when dropped.
+#[allow(dead_code)]
+pub struct Service {
+    pub child: Child,
+    pub base: String,
+}
+
+#[allow(dead_code)]
+impl Service {
+    pub fn start(mut command: Command) -> Service {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = lines.find_map(|l| l.ok().and_then(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_string()))).expect("the service prints its address");
+        std::thread::spawn(move || lines.for_each(drop));
+        Service { child, base }
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[allow(dead_code)]
+pub fn rust(variant: &str) -> Service {
+    let mut c = Command::new(service_exe());
+    c.args(["serve", "--variant", variant, "--port", "0", "--threads", "1", "--debug-endpoints"]);
+    Service::start(c)
+}
+
+/// A request body of the lab's model (8 rows × 512), as a user would save one.
+#[allow(dead_code)]
+pub fn body(dir: &Path) -> PathBuf {
+    let path = dir.join("body.json");
+    let rows: Vec<Vec<f32>> = (0..8).map(|r| (0..512).map(|c| ((r * 512 + c) % 97) as f32 / 97.0 - 0.5).collect()).collect();
+    std::fs::write(&path, serde_json::to_vec(&serde_json::json!({ "inputs": rows })).unwrap()).unwrap();
+    path
 }

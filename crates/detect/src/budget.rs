@@ -1,0 +1,145 @@
+//! The ops question asked of a noisy judgement: does the memory run out within a budget, even
+//! at the slope's lower bound? `scan` asks it per request at a production request rate; the
+//! fleet scan per second of wall time.
+
+use crate::{NoisyJudgement, Verdict};
+use serde::{Deserialize, Serialize};
+
+/// The ops question: at `steps_per_second` (requests per second when the slope is per request,
+/// 1 when it is per second), does the capacity run out within `seconds`?
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub steps_per_second: f64,
+    pub seconds: f64,
+}
+
+/// How a series fares against the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ops {
+    /// Runs out within the budget, even at the slope's lower bound.
+    Fail,
+    /// Runs out within the budget at the estimated slope, not at its lower bound.
+    LikelyFail,
+    /// Lasts past the budget at the estimate, not at the upper bound: more requests would tell.
+    LikelyPass,
+    /// Lasts past the budget even at the slope's upper bound (or does not grow).
+    Pass,
+    /// No capacity known for this series: no time to OOM.
+    NoCapacity,
+}
+
+impl Ops {
+    pub fn fails(self) -> bool {
+        matches!(self, Ops::Fail | Ops::LikelyFail)
+    }
+
+    /// The result column of a report.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ops::Fail => "FAIL",
+            Ops::LikelyFail => "FAIL (likely)",
+            Ops::LikelyPass => "pass (likely)",
+            Ops::Pass => "pass",
+            Ops::NoCapacity => "-",
+        }
+    }
+
+    /// Whether more requests could change the answer.
+    pub fn confident(self) -> bool {
+        matches!(self, Ops::Fail | Ops::Pass | Ops::NoCapacity)
+    }
+}
+
+/// Seconds until `capacity` is reached from `level` at `slope` bytes per step, `rate` steps a second.
+pub fn seconds_to_oom(capacity: f64, level: f64, slope: f64, rate: f64) -> Option<f64> {
+    (slope > 0.0 && rate > 0.0).then(|| ((capacity - level).max(0.0) / slope) / rate)
+}
+
+/// Only a leak (still climbing) can fail: a plateau or a flat series lasts, whatever its slope.
+pub fn ops(j: &NoisyJudgement, capacity: Option<u64>, budget: Budget) -> (Ops, Option<f64>) {
+    ops_at(j, j.floor_now as f64, capacity, budget)
+}
+
+/// [`ops`] from another level than the judged floor's last point: the fleet scan judges one
+/// stretch of a series (a life before a restart, the troughs of a sawtooth) and projects from
+/// where the memory is now.
+pub fn ops_at(j: &NoisyJudgement, level: f64, capacity: Option<u64>, budget: Budget) -> (Ops, Option<f64>) {
+    let Some(capacity) = capacity else { return (Ops::NoCapacity, None) };
+    let at = |slope: f64| seconds_to_oom(capacity as f64, level, slope, budget.steps_per_second);
+    let estimate = at(j.slope.bytes_per_request);
+    if j.verdict != Verdict::Leak {
+        return (Ops::Pass, estimate);
+    }
+    let within = |s: Option<f64>| s.is_some_and(|t| t < budget.seconds);
+    let ops = if within(at(j.slope.low)) {
+        Ops::Fail
+    } else if within(estimate) {
+        Ops::LikelyFail
+    } else if within(at(j.slope.high)) {
+        Ops::LikelyPass
+    } else {
+        Ops::Pass
+    };
+    (ops, estimate)
+}
+
+/// How a scan ended: what its exit code says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Nothing runs out within the budget.
+    Pass,
+    /// Some series runs out within the budget.
+    Fail,
+    /// Too little to judge (a dead target, too few samples, no signal).
+    CannotJudge,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Pass => 0,
+            Outcome::Fail => 1,
+            Outcome::CannotJudge => 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slope::Slope;
+
+    fn judgement(verdict: Verdict, est: f64, low: f64, high: f64) -> NoisyJudgement {
+        NoisyJudgement {
+            verdict,
+            slope: Slope { bytes_per_request: est, low, high },
+            tail_slope: Slope { bytes_per_request: est, low, high },
+            noise_bytes: 4096.0,
+            rise_bytes: 0.0,
+            samples: 100,
+            window: 2,
+            first: (0, 0),
+            last: (0, 0),
+            floor_now: 12_000_000_000,
+            sensitivity_bytes: 0.0,
+            floor: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_reference_scenario_fails_a_week_and_slow_growth_passes() {
+        // 80 GB card, 12 GB used, 50 MiB per request, one request every 32 s: OOM in about 12 h.
+        let budget = Budget { steps_per_second: 1.0 / 32.0, seconds: 7.0 * 86400.0 };
+        let mib = 1024.0 * 1024.0;
+        let (ops, t) = ops(&judgement(Verdict::Leak, 50.0 * mib, 49.0 * mib, 51.0 * mib), Some(80_000_000_000), budget);
+        assert_eq!(ops, Ops::Fail);
+        assert!((t.unwrap() / 3600.0 - 11.5).abs() < 0.5, "{t:?}");
+        // 2.6 kB per request (a bounded buffer filling): years.
+        assert_eq!(super::ops(&judgement(Verdict::Leak, 2600.0, 2000.0, 3000.0), Some(80_000_000_000), budget).0, Ops::Pass);
+        // A plateau never fails, however steep its slope was.
+        assert_eq!(super::ops(&judgement(Verdict::Plateau, 50.0 * mib, 0.0, 60.0 * mib), Some(80_000_000_000), budget).0, Ops::Pass);
+        assert_eq!(super::ops(&judgement(Verdict::Leak, 1e6, 1e6, 1e6), None, budget).0, Ops::NoCapacity);
+    }
+}
