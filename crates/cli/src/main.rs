@@ -135,6 +135,10 @@ struct ScanArgs {
     /// ...for these series (repeat), e.g. process_resident_memory_bytes.
     #[arg(long = "series")]
     series: Vec<String>,
+    /// The service's memory snapshot endpoint (a PyTorch snapshot pickle), fetched after the
+    /// warm-up and at the end: the report names the lines that hold what accumulated.
+    #[arg(long)]
+    snapshot: Option<String>,
     /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
     /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long)]
@@ -284,6 +288,7 @@ fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         capacity: a.capacity.map(|c| c.as_u64()),
         budget: leaklab_scan::verdict::Budget { steps_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
         quiet: a.json,
+        snapshot_url: a.snapshot,
     };
     let report = leaklab_runner::commands::runtime()?.block_on(leaklab_scan::scan(&options))?;
     // The partial report is kept even when the scan stopped early; a write failure is said after it.

@@ -81,8 +81,9 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
     for variant in ["graph-leaky", "refs-leaky"] {
-        let service = rust(variant);
-        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &dir.path().join(variant), &["--pid", &service.pid(), "--requests", "400", "--warmup", "50"]);
+        let service = common::rust_with(variant, &["--memory-history", "50000"]);
+        let snapshot = format!("{}/debug/memory/snapshot", service.base);
+        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &dir.path().join(variant), &["--pid", &service.pid(), "--requests", "400", "--warmup", "50", "--snapshot", &snapshot]);
         assert_ne!(code, 2, "{stderr}");
         let samples: Vec<serde_json::Value> = serde_json::from_str(&reqwest_get(&format!("{}/debug/memory/samples?since=100", service.base))).unwrap();
         let (first, last) = (&samples[0], &samples[samples.len() - 1]);
@@ -94,6 +95,17 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
         // (autograd nodes, freed chunks it cannot return between kept tensors): never less
         // than the tensors, and (measured here) up to about 1.6 times them.
         assert!((0.95..2.5).contains(&ratio), "{variant}: ratio {ratio}");
+        // The snapshots after the warm-up and at the end name the line, and what accumulated
+        // between them is the exact allocator's growth.
+        let held = &report["who_holds"];
+        let site = held["holders"][0]["site"].as_str().unwrap_or_else(|| panic!("{variant}: no who-holds-it in {}", report["notes"]));
+        // The kept tensors were born in the model's forward (a closure built in `Mlp::new`) or in
+        // the cause's own file, as the oracle allows.
+        assert!(site.contains("crates/model/src/lib.rs:") || site.contains("crates/service/src/causes/"), "{variant}: {site}");
+        let per_request = held["bytes_per_request"].as_f64().unwrap();
+        assert!((per_request / exact - 1.0).abs() < 0.1, "{variant}: snapshots {per_request:.0} B/request, allocator {exact:.0}");
+        let md = std::fs::read_to_string(dir.path().join(variant).join("report.md")).unwrap();
+        assert!(md.contains("Who holds the memory the judged requests left live"), "{md}");
     }
 }
 

@@ -193,7 +193,7 @@ fn value(p: Pattern, k: u64, t: f64, i: u64, span: f64) -> Option<f64> {
             15.0 * gib + jitter
         }
         Pattern::HostLeak => (3.0 * gib + 200.0 * t / HOUR + jitter / 2.0) * 1024.0 * 1024.0,
-        Pattern::HostFlat => (3.0 * gib + jitter / 2.0 + if i % 10 == 0 { 300.0 } else { 0.0 }) * 1024.0 * 1024.0,
+        Pattern::HostFlat => (3.0 * gib + jitter / 2.0 + if i.is_multiple_of(10) { 300.0 } else { 0.0 }) * 1024.0 * 1024.0,
         Pattern::HostPlateau => (3.0 * gib + 1.5 * gib * (t.min(3.0 * HOUR)) / HOUR + jitter / 2.0) * 1024.0 * 1024.0,
     })
 }

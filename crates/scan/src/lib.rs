@@ -69,6 +69,10 @@ pub struct ScanOptions {
     pub capacity: Option<u64>,
     pub budget: Budget,
     pub quiet: bool,
+    /// A memory snapshot endpoint of the service (PyTorch's pickle: the twin's, a leaklab
+    /// service's `/debug/memory/snapshot`): fetched after the warm-up and at the end, and the
+    /// difference named by line in the report.
+    pub snapshot_url: Option<String>,
 }
 
 /// One series: its samples, its judgement and its ops verdict.
@@ -102,6 +106,9 @@ pub struct ScanReport {
     pub requests_per_second_measured: f64,
     pub budget: Budget,
     pub series: Vec<SeriesResult>,
+    /// With a snapshot endpoint: what the judged requests left live, by allocating stack.
+    #[serde(default)]
+    pub who_holds: Option<leaklab_snapshot::Difference>,
     /// Why the scan stopped early, or a signal was dropped: said plainly, kept in the report.
     pub notes: Vec<String>,
 }
@@ -171,6 +178,14 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let mut target = options.warmup + options.requests;
     let progress = Progress::new(target, options.quiet);
     let mut sent = 1;
+    // The first snapshot after the warm-up, so that caches warming up are not counted as kept.
+    let mut before = None;
+    if let Some(url) = &options.snapshot_url {
+        if let Some(note) = drive(&client, options, &mut state, &mut sent, options.warmup.max(1), started, &progress).await {
+            state.notes.push(note);
+        }
+        before = snapshot(url, &mut state.notes).await.map(|s| (sent as u64, s));
+    }
     loop {
         let stop = drive(&client, options, &mut state, &mut sent, target, started, &progress).await;
         if let Some(note) = stop {
@@ -189,6 +204,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         progress.bar.set_message("not yet confident: sending more");
     }
     progress.bar.finish_and_clear();
+    let who_holds = match (&options.snapshot_url, before) {
+        (Some(url), Some((at, before))) => snapshot(url, &mut state.notes).await.map(|after| leaklab_snapshot::diff(&before, &after, leaklab_snapshot::View::default(), Some((at, sent as u64)))),
+        _ => None,
+    };
     let series = judge_all(&state, options);
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
@@ -211,8 +230,30 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         requests_per_second_measured: sent as f64 / seconds.max(1e-9),
         budget: options.budget,
         series,
+        who_holds,
         notes: state.notes,
     })
+}
+
+/// The service's memory snapshot, decoded; a failure is a note, and the scan goes on without it.
+async fn snapshot(url: &str, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
+    let fetched = async {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build()?;
+        let response = client.get(url).send().await?;
+        let status = response.status();
+        let body = response.bytes().await?;
+        if !status.is_success() {
+            bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
+        }
+        Ok(leaklab_snapshot::from_bytes(&body)?)
+    };
+    match fetched.await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            notes.push(format!("no memory snapshot, so no who-holds-it table: {e:#}"));
+            None
+        }
+    }
 }
 
 #[derive(Default)]

@@ -37,6 +37,11 @@ impl ScanReport {
     pub fn table(&self) -> String {
         let rows: Vec<[String; 7]> = self.series.iter().map(row).collect();
         let mut out = vec![aligned_table(&HEADER, &rows)];
+        if let Some(d) = &self.who_holds {
+            out.push(String::new());
+            out.push(format!("Who holds it (snapshots after the warm-up and at the end):
+{}", leaklab_snapshot::render::difference_text(d, 5, false).trim_end()));
+        }
         out.push(String::new());
         out.push(self.summary());
         out.join("\n")
@@ -72,6 +77,10 @@ impl ScanReport {
             md.push_str(&format!("| {} |\n", row(s).join(" | ")));
         }
         md.push('\n');
+        if let Some(d) = &self.who_holds {
+            md.push_str(&leaklab_snapshot::render::difference_markdown("Who holds the memory the judged requests left live", d, 10));
+            md.push('\n');
+        }
         for s in self.series.iter().filter(|s| s.judgement.is_some()) {
             md.push_str(&format!("![{}]({}.svg)\n", s.series, file_name(&s.series)));
         }

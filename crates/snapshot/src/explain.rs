@@ -232,7 +232,7 @@ fn allocated_and_kept(events: &[crate::model::TraceEntry]) -> Vec<(&Stack, u64)>
 }
 
 /// Blocks live in `after` and not in `before`: the memory that accumulated between the two.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Difference {
     pub bytes: u64,
     pub blocks: u64,

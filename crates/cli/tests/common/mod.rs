@@ -59,8 +59,14 @@ impl Drop for Service {
 
 #[allow(dead_code)]
 pub fn rust(variant: &str) -> Service {
+    rust_with(variant, &[])
+}
+
+/// The lab's Rust service with more `serve` flags (e.g. `--memory-history 20000`).
+#[allow(dead_code)]
+pub fn rust_with(variant: &str, extra: &[&str]) -> Service {
     let mut c = Command::new(service_exe());
-    c.args(["serve", "--variant", variant, "--port", "0", "--threads", "1", "--debug-endpoints"]);
+    c.args(["serve", "--variant", variant, "--port", "0", "--threads", "1", "--debug-endpoints"]).args(extra);
     Service::start(c)
 }
 
