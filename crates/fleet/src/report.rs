@@ -7,7 +7,7 @@ use anyhow::Result;
 use leaklab_detect::budget::{Ops, Outcome};
 use leaklab_detect::{human_bytes, human_duration};
 use leaklab_runner::files::write_atomic;
-use leaklab_runner::report::aligned_table;
+use leaklab_runner::report::{aligned_table, markdown_table};
 use std::path::Path;
 
 const HEADER: [&str; 8] = ["group", "verdict", "growth/hour", "per request", "now", "judged on", "time to OOM", "result"];
@@ -96,10 +96,7 @@ impl FleetReport {
 
     pub fn markdown(&self) -> String {
         let mut md = format!("# leaklab fleet scan of {}\n\n**{}**\n\n", self.prometheus, self.summary().replace('\n', "\n\n"));
-        md.push_str(&format!("| {} |\n|{}\n", HEADER.join(" | "), "---|".repeat(HEADER.len())));
-        for p in &self.pods {
-            md.push_str(&format!("| {} |\n", row(p).join(" | ")));
-        }
+        md.push_str(&markdown_table(&HEADER, &self.pods.iter().map(row).collect::<Vec<_>>()));
         md
     }
 

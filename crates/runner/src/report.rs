@@ -74,10 +74,7 @@ impl LabReport {
             self.scale.name(), self.device, self.warmup, self.requests, self.concurrency, self.cores, self.seconds, if self.passed { "every verdict as expected" } else { "UNEXPECTED VERDICTS" }
         ));
         md.push_str("The verdict comes from the primary probe (the exact CPU allocator; CUDA allocated bytes on CUDA). OOM (reference): requests and hours until an 80 GB card that starts at 12 GB is full at this slope, one request every 32 s.\n\n");
-        md.push_str(&format!("| {} |\n|{}\n", Self::HEADER.join(" | "), "---|".repeat(Self::HEADER.len())));
-        for r in self.rows() {
-            md.push_str(&format!("| {} |\n", r.join(" | ")));
-        }
+        md.push_str(&markdown_table(&Self::HEADER, &self.rows()));
         md.push_str("\n![all variants](overlay.svg)\n\n## Variants\n");
         for v in &self.variants {
             md.push_str(&format!("\n### {}\n\n", v.variant));
@@ -146,4 +143,13 @@ pub fn aligned_table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String 
     let mut out = vec![line(header.to_vec()), widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")];
     out.extend(rows.iter().map(|r| line(r.as_ref().iter().map(String::as_str).collect())));
     out.join("\n")
+}
+
+/// The same table in markdown, for report.md.
+pub fn markdown_table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String {
+    let mut md = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+    for r in rows {
+        md.push_str(&format!("| {} |\n", r.as_ref().join(" | ")));
+    }
+    md
 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 use leaklab_detect::{human_bytes, human_duration as duration};
 use leaklab_runner::files::write_atomic;
 use leaklab_runner::plot;
-use leaklab_runner::report::aligned_table;
+use leaklab_runner::report::{aligned_table, markdown_table};
 use std::path::Path;
 
 fn row(s: &SeriesResult) -> [String; 7] {
@@ -72,10 +72,7 @@ impl ScanReport {
 
     pub fn markdown(&self) -> String {
         let mut md = format!("# leaklab scan of {}\n\n**{}**\n\n", self.url, self.summary().replace('\n', "\n\n"));
-        md.push_str(&format!("| {} |\n|{}\n", HEADER.join(" | "), "---|".repeat(HEADER.len())));
-        for s in &self.series {
-            md.push_str(&format!("| {} |\n", row(s).join(" | ")));
-        }
+        md.push_str(&markdown_table(&HEADER, &self.series.iter().map(row).collect::<Vec<_>>()));
         md.push('\n');
         if let Some(d) = &self.who_holds {
             md.push_str(&leaklab_snapshot::render::difference_markdown("Who holds the memory the judged requests left live", d, 10));
