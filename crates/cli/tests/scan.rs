@@ -93,8 +93,9 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
         eprintln!("{variant}: anonymous {anon:.0} B/request from outside, exact allocator {exact:.0}: ratio {ratio:.2}");
         // From outside the process sees the tensors plus what malloc holds beside them
         // (autograd nodes, freed chunks it cannot return between kept tensors): never less
-        // than the tensors, and (measured here) up to about 1.6 times them.
-        assert!((0.95..2.5).contains(&ratio), "{variant}: ratio {ratio}");
+        // than the tensors, and (measured: docs/scan.md) up to about 4 times them for
+        // refs-leaky's small kept tensors, more with the history recording stacks.
+        assert!((0.95..6.0).contains(&ratio), "{variant}: ratio {ratio}");
         // The snapshots after the warm-up and at the end name the line, and what accumulated
         // between them is the exact allocator's growth.
         let held = &report["who_holds"];
