@@ -102,8 +102,7 @@ impl Pattern {
     pub fn expected(self) -> (Option<Verdict>, bool) {
         use Verdict::*;
         match self {
-            Pattern::Flat | Pattern::Sawtooth | Pattern::Gaps | Pattern::Bursty | Pattern::ReplacedNew | Pattern::HostFlat | Pattern::JustRestarted => (Some(Flat), false),
-            Pattern::DeployRamp => (Some(Flat), false),
+            Pattern::Flat | Pattern::Sawtooth | Pattern::Gaps | Pattern::Bursty | Pattern::ReplacedNew | Pattern::HostFlat | Pattern::JustRestarted | Pattern::DeployRamp => (Some(Flat), false),
             Pattern::SlowLeak | Pattern::ModerateLeak | Pattern::SawtoothLeak => (Some(Leak), false),
             Pattern::SeedLeak | Pattern::OomRestarts | Pattern::HostLeak => (Some(Leak), true),
             Pattern::Plateau | Pattern::HostPlateau => (Some(Plateau), false),
