@@ -40,7 +40,8 @@ enum Task {
     Soak(Passthrough),
     /// Criterion benchmarks plus the HTTP load comparison; writes docs/benchmarks.md.
     Bench(Passthrough),
-    /// Workshop exercises: `lab list`, `lab check N`, `lab reset N`.
+    /// The workshop: `lab list`, `lab check N`, `lab reset N`; the incident drill: `lab incident`,
+    /// `lab check incident`, `lab reveal`.
     Lab(Passthrough),
     /// Build release binaries and a launcher into a folder that runs on a torch 2.11.0 host.
     DeviceBundle(bundle::BundleArgs),

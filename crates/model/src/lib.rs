@@ -4,6 +4,7 @@
 //! It knows nothing about HTTP, probes or leaks: the service's variants wrap it, they don't fork it.
 
 use leaklab_vocab::SeededRng;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
@@ -15,6 +16,8 @@ pub struct Mlp {
     pub config: ModelConfig,
     pub vs: nn::VarStore,
     layers: nn::Sequential,
+    /// Forward passes run so far: what a cache in front of the model saves shows here.
+    forward_calls: AtomicU64,
 }
 
 impl Mlp {
@@ -30,7 +33,7 @@ impl Mlp {
         layers = layers.add(nn::linear(&root / format!("l{}", config.depth), config.hidden, config.output, Default::default()));
         fill_seeded(&vs, config.seed);
         vs.set_device(device);
-        Mlp { config, vs, layers }
+        Mlp { config, vs, layers, forward_calls: AtomicU64::new(0) }
     }
 
     pub fn device(&self) -> Device {
@@ -39,7 +42,13 @@ impl Mlp {
 
     /// The forward pass, recording autograd or not as the caller's mode decides.
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.forward_calls.fetch_add(1, Ordering::Relaxed);
         self.layers.forward(x)
+    }
+
+    /// How many times [`Mlp::forward`] has run on this model.
+    pub fn forward_calls(&self) -> u64 {
+        self.forward_calls.load(Ordering::Relaxed)
     }
 
     /// Writes the weights as safetensors, for the Python twin.

@@ -18,6 +18,10 @@ pub mod ex2_refs;
 pub mod ex3_cache;
 pub mod ex4_seed;
 
+/// The incident drill (its handlers name this crate as `leaklab_exercises`, wherever they are compiled).
+pub mod drill;
+extern crate self as leaklab_exercises;
+
 /// The exercises as shipped, compiled from lab/exercises/original/.
 #[path = "../original/mod.rs"]
 pub mod original;
@@ -115,48 +119,19 @@ pub struct Outcome {
 /// plain words how it went.
 pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
     let info = info(n)?;
-    // The weights live in a context of their own: built while another exercise's check runs
-    // (the tests run in parallel), they must not count as that check's memory.
-    let model = {
-        let _ctx = leaklab_probe::MemoryContext::named("reference model").enter();
-        Mlp::new(Scale::Default.config(), Device::Cpu)
-    };
+    let model = reference_model();
     let wrong = RefCell::new(Vec::<String>::new());
     let report = TorchLeakCheck::new(WARMUP, ITERATIONS).run(|i| {
         let x = input(i);
         let want = Vec::<f32>::try_from(leaklab_probe::inference_mode(|| model.forward(&x)).flatten(0, -1)).expect("f32");
         let got = service.handle(&model, &x);
-        if got.len() != want.len() {
-            wrong.borrow_mut().push(format!("request {i}: {} output values, expected {}", got.len(), want.len()));
-        } else if let Some(j) = got.iter().zip(&want).position(|(a, b)| (a - b).abs() > 1e-4 * (1.0 + b.abs())) {
-            wrong.borrow_mut().push(format!("request {i}: output {j} is {}, expected {}", got[j], want[j]));
+        if let Err(e) = compare(&got, &want) {
+            wrong.borrow_mut().push(format!("request {i}: {e}"));
         }
     });
     let mut text = format!("Exercise {n} ({}), {} warm-up + {} requests of {ROWS} rows:\n", info.name, WARMUP, ITERATIONS);
-    let probe = &report.probes[0];
-    let leaks = match &probe.judgement {
-        Ok(j) if j.verdict == Verdict::Leak => {
-            text.push_str(&format!("  It still leaks: {} per request stays allocated after handle() returns.\n", human_bytes(j.slope.bytes_per_request)));
-            if let Some(p) = probe.projection {
-                text.push_str(&format!(
-                    "  At that rate an 80 GB card that starts at 12 GB is full after {} requests: {:.0} hours at one request every 32 s.\n",
-                    p.requests,
-                    p.hours()
-                ));
-            }
-            text.push_str("  Memory born in handle() is being kept: look for tensors that outlive the request.\n");
-            true
-        }
-        Ok(j) => {
-            let how = if j.verdict == Verdict::Plateau { "grows to a bound and stops (a bounded cache)" } else { "stays flat" };
-            text.push_str(&format!("  Memory {how}: {} per request after warm-up.\n", human_bytes(j.slope.bytes_per_request)));
-            false
-        }
-        Err(e) => {
-            text.push_str(&format!("  No verdict: {e}\n"));
-            true
-        }
-    };
+    let (leaks, memory) = memory_finding(&report, "handle()");
+    text.push_str(&memory);
     let wrong = wrong.into_inner();
     if wrong.is_empty() {
         text.push_str("  Outputs are correct on every request.\n");
@@ -170,6 +145,55 @@ pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
     let passed = !leaks && wrong.is_empty() && statistic.is_finite();
     text.push_str(if passed { "  PASS: the leak is gone and the service still answers right.\n" } else { "  NOT YET: see above; lab/README.md has hints.\n" });
     Ok(Outcome { passed, text })
+}
+
+/// Whether answers match the true outputs, to f32 rounding; what differs first if not.
+pub fn compare(got: &[f32], want: &[f32]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} output values, expected {}", got.len(), want.len()));
+    }
+    match got.iter().zip(want).position(|(a, b)| (a - b).abs() > 1e-4 * (1.0 + b.abs())) {
+        Some(j) => Err(format!("output {j} is {}, expected {}", got[j], want[j])),
+        None => Ok(()),
+    }
+}
+
+/// The lab model, its weights in a memory context of their own: built while another check
+/// runs (the tests run in parallel), they must not count as that check's memory.
+pub fn reference_model() -> Mlp {
+    let _ctx = leaklab_probe::MemoryContext::named("reference model").enter();
+    Mlp::new(Scale::Default.config(), Device::Cpu)
+}
+
+/// What a leak check's exact allocator found, in plain words: whether it still leaks, and the
+/// lines that say so. `code` names what kept the memory (`handle()`).
+pub fn memory_finding(report: &leaklab_detect::LeakReport, code: &str) -> (bool, String) {
+    let probe = &report.probes[0];
+    let mut text = String::new();
+    let leaks = match &probe.judgement {
+        Ok(j) if j.verdict == Verdict::Leak => {
+            text.push_str(&format!("  It still leaks: {} per request stays allocated after {code} returns.\n", human_bytes(j.slope.bytes_per_request)));
+            if let Some(p) = probe.projection {
+                text.push_str(&format!(
+                    "  At that rate an 80 GB card that starts at 12 GB is full after {} requests: {:.0} hours at one request every 32 s.\n",
+                    p.requests,
+                    p.hours()
+                ));
+            }
+            text.push_str(&format!("  Memory born in {code} is being kept: look for tensors that outlive the request.\n"));
+            true
+        }
+        Ok(j) => {
+            let how = if j.verdict == Verdict::Plateau { "grows to a bound and stops (a bounded cache)" } else { "stays flat" };
+            text.push_str(&format!("  Memory {how}: {} per request after warm-up.\n", human_bytes(j.slope.bytes_per_request)));
+            false
+        }
+        Err(e) => {
+            text.push_str(&format!("  No verdict: {e}\n"));
+            true
+        }
+    };
+    (leaks, text)
 }
 
 /// Restores exercise `n` to its starting state (from lab/exercises/original/).

@@ -1,37 +1,127 @@
-//! `cargo xtask lab list | check N [--solution] | reset N`.
+//! `cargo xtask lab list | check N|incident [--solution] | reset N|incident | reveal`, and the
+//! incident drill's plumbing (`incident prepare`, `incident serve --original NAME`). The
+//! learner's incident handler is not compiled in here: `leaklab-incident` serves and checks it.
 
 use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+use leaklab_exercises::drill::{self, serve};
 use leaklab_exercises::Version;
 
+#[derive(Parser)]
+#[command(name = "leaklab-exercises", about = "The workshop: exercises 1 to 4 and the incident drill")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The exercises and the drill.
+    List,
+    /// Runs an exercise (1 to 4) under the leak check and against the true outputs; `incident`
+    /// with --solution runs the drill's reference fix (the learner's copy: `leaklab-incident check`).
+    Check {
+        which: String,
+        #[arg(long)]
+        solution: bool,
+    },
+    /// Restores an exercise, or the incident in progress, to its starting state.
+    Reset { which: String },
+    /// The drill's plumbing, run by `cargo xtask lab incident`.
+    #[command(subcommand)]
+    Incident(IncidentCommand),
+    /// Names the incident in progress (or --incident NAME), its lines and its runbook step.
+    Reveal {
+        #[arg(long)]
+        incident: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum IncidentCommand {
+    /// Picks an incident (with --new or --seed) and writes the learner's copy and the traffic,
+    /// or keeps the one in progress.
+    Prepare(drill::serve::IncidentArgs),
+    /// Writes the captured request bodies into a folder, for `leaklab scan --body`.
+    Traffic {
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Serves an incident's handler as shipped, for tests and instructors.
+    Serve {
+        #[arg(long)]
+        original: String,
+        #[command(flatten)]
+        args: drill::serve::IncidentArgs,
+    },
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let number = |i: usize| -> Result<usize> {
-        args.get(i).and_then(|a| a.parse().ok()).ok_or_else(|| anyhow::anyhow!("which exercise? e.g. `cargo xtask lab check 1`"))
-    };
-    match args.first().map(String::as_str) {
-        Some("list") | None => {
+    match Cli::parse().command.unwrap_or(Command::List) {
+        Command::List => {
             for e in &leaklab_exercises::EXERCISES {
                 println!("{}  {:<6} lab/exercises/src/{:<13} {}", e.number, e.name, e.file, e.symptom);
             }
+            println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the four)");
             println!("\nFix one, then `cargo xtask lab check N`; `cargo xtask lab reset N` starts it over. Hints: lab/README.md");
         }
-        Some("check") => {
+        Command::Check { which, solution } if which == "incident" => {
+            if !solution {
+                bail!("the learner's incident is checked by `cargo xtask lab check incident`");
+            }
+            // One reference fix serves every incident: the template with every fix in.
+            let outcome = drill::check::check(drill::service(&drill::INCIDENTS[0], Version::Solution)?.as_mut());
+            print!("{}", outcome.text);
+            std::process::exit(i32::from(!outcome.passed));
+        }
+        Command::Check { which, solution } => {
             leaklab_probe::cpu::install()?;
-            let n = number(1)?;
-            let version = if args.iter().any(|a| a == "--solution") { Version::Solution } else { Version::Learner };
+            let n = exercise_number(&which)?;
+            let version = if solution { Version::Solution } else { Version::Learner };
             let mut service = leaklab_exercises::service(n, version)?;
             let outcome = leaklab_exercises::check(n, service.as_mut())?;
             print!("{}", outcome.text);
-            if !outcome.passed {
-                std::process::exit(1);
-            }
+            std::process::exit(i32::from(!outcome.passed));
         }
-        Some("reset") => {
-            let n = number(1)?;
+        Command::Reset { which } if which == "incident" => {
+            drill::reset()?;
+            println!("{} restored to the incident's starting state", drill::learner_file().display());
+        }
+        Command::Reset { which } => {
+            let n = exercise_number(&which)?;
             leaklab_exercises::reset(n)?;
             println!("exercise {n} restored to its starting state");
         }
-        Some(other) => bail!("unknown lab command `{other}`: use list, check N, reset N"),
+        Command::Incident(IncidentCommand::Prepare(args)) => println!("{}", drill::prepare(args.new, args.seed)?),
+        Command::Incident(IncidentCommand::Traffic { out }) => {
+            std::fs::create_dir_all(&out)?;
+            drill::traffic::write_dir(&out)?;
+        }
+        Command::Incident(IncidentCommand::Serve { original, args }) => {
+            let incident = drill::incident(&original)?;
+            serve::run(drill::service(incident, Version::Original)?, args.options(), |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"))?;
+        }
+        Command::Reveal { incident, json } => {
+            let (incident, seed) = match incident {
+                Some(name) => (drill::incident(&name)?, None),
+                None => match drill::current()? {
+                    Some((incident, seed)) => (incident, Some(seed)),
+                    None => bail!("no incident in progress: `cargo xtask lab incident` starts one (or `reveal --incident NAME`)"),
+                },
+            };
+            let reveal = drill::reveal(incident, seed);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reveal)?);
+            } else {
+                print!("{reveal}");
+            }
+        }
     }
     Ok(())
+}
+
+fn exercise_number(which: &str) -> Result<usize> {
+    which.parse().map_err(|_| anyhow::anyhow!("which exercise? 1 to {}, or `incident`", leaklab_exercises::EXERCISES.len()))
 }

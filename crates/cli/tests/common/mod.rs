@@ -9,17 +9,25 @@ use std::sync::OnceLock;
 /// a `cargo test -p leaklab` alone builds it here, once).
 pub fn service_exe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_BIN_EXE_leaklab")).with_file_name("leaklab-service");
-            if !path.exists() {
-                let cargo = option_env!("CARGO").unwrap_or("cargo");
-                let status = Command::new(cargo).args(["build", "--package", "leaklab-service", "--bin", "leaklab-service"]).status().expect("cargo runs");
-                assert!(status.success(), "building leaklab-service failed");
-            }
-            path
-        })
-        .clone()
+    BUILT.get_or_init(|| sibling_exe("leaklab-service", "leaklab-service")).clone()
+}
+
+/// `leaklab-exercises` (the workshop, with the incident drill's services as shipped), likewise.
+#[allow(dead_code)]
+pub fn exercises_exe() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| sibling_exe("leaklab-exercises", "leaklab-exercises")).clone()
+}
+
+/// Binary `bin` of `package`, beside `leaklab`; built first when it is not there.
+fn sibling_exe(package: &str, bin: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_leaklab")).with_file_name(bin);
+    if !path.exists() {
+        let cargo = option_env!("CARGO").unwrap_or("cargo");
+        let status = Command::new(cargo).args(["build", "--package", package, "--bin", bin]).status().expect("cargo runs");
+        assert!(status.success(), "building {bin} failed");
+    }
+    path
 }
 
 pub fn leaklab() -> Command {

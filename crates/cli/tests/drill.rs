@@ -1,0 +1,90 @@
+//! The incident drill, diagnosed with the instrument as a learner would: each incident's
+//! service as shipped (never the learner's copy), the traffic the briefing hands out, and
+//! `leaklab scan` with the briefing's flags and its snapshot endpoint. Every leaking incident
+//! fails its budget on the service's exact gauge at the size of what it keeps, and the snapshots
+//! point at the line of the incident's handler where the held tensors were born (the line
+//! `lab reveal` names); the bounded cache passes.
+
+mod common;
+
+use common::{exercises_exe, leaklab, Service};
+use std::process::Command;
+
+const EXACT: &str = "leaklab_memory_bytes{probe=\"cpu_allocator_live\"}";
+
+/// Scans incident `name` as shipped; `per_request` is what its exact gauge must grow by (0 for
+/// none), within 10 %.
+fn check(name: &str, per_request: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let traffic = dir.path().join("traffic");
+    assert!(Command::new(exercises_exe()).args(["incident", "traffic", "--out"]).arg(&traffic).status().unwrap().success());
+    let reveal = Command::new(exercises_exe()).args(["reveal", "--json", "--incident", name]).output().unwrap();
+    let reveal: serde_json::Value = serde_json::from_slice(&reveal.stdout).unwrap();
+    let born = format!("incidents/{}.rs:{}", if per_request > 0.0 { name.replace('-', "_") } else { "fixed".into() }, reveal["born"]["line"]);
+
+    let mut c = Command::new(exercises_exe());
+    c.args(["incident", "serve", "--original", name, "--port", "0", "--history", "50000"]);
+    let service = Service::start(c);
+    let (pid, base) = (service.pid(), service.base.clone());
+    let output = leaklab()
+        .args(["scan", &format!("{base}/v1/infer"), "--header", "content-type: application/json", "--vary", "--json", "--pid", &pid])
+        .args(["--metrics", &format!("{base}/metrics"), "--series", EXACT, "--capacity", "16GiB", "--rate", "40"])
+        .args(["--snapshot", &format!("{base}/debug/memory/snapshot"), "--body"])
+        .arg(&traffic)
+        .arg("--out")
+        .arg(dir.path().join("scan"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{name}: {}", String::from_utf8_lossy(&output.stderr)));
+    let exact = report["series"].as_array().unwrap().iter().find(|s| s["series"] == EXACT).unwrap();
+    let verdict = exact["judgement"]["verdict"].as_str().unwrap();
+    let slope = exact["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap();
+    let refused = report["error_kinds"]["HTTP 422"].as_u64().unwrap_or(0);
+    eprintln!("{name}: exit {:?}, exact gauge {verdict} at {slope:.0} B/request, {refused} refused", output.status.code());
+    // One body in eight is raw features, which every incident refuses.
+    assert!((70..=95).contains(&refused), "{name}: {refused} answers 422 of 650");
+    if per_request == 0.0 {
+        assert_eq!(output.status.code(), Some(0), "{name} must pass: {report}");
+        assert_ne!(verdict, "leak", "{name}");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(1), "{name} must fail its budget: {report}");
+    assert_eq!(verdict, "leak", "{name}");
+    assert!((slope / per_request - 1.0).abs() < 0.1, "{name}: {slope:.0} B/request, expected {per_request:.0}");
+    let top = &report["who_holds"]["holders"][0];
+    let frames: Vec<&str> = std::iter::once(&top["site"]).chain(top["stack"].as_array().unwrap()).filter_map(|f| f.as_str()).collect();
+    assert!(frames.iter().any(|f| f.contains(&born)), "{name}: the largest holder's frames {frames:?} do not name {born}");
+}
+
+/// Seven good requests in eight, all new under --vary.
+const GOOD: f64 = 7.0 / 8.0;
+
+#[test]
+fn graph_keeps_features_and_activations() {
+    check("graph", GOOD * 81_920.0);
+}
+
+#[test]
+fn drift_keeps_every_answer() {
+    check("drift", GOOD * 16_384.0);
+}
+
+#[test]
+fn cache_keeps_every_new_answer() {
+    check("cache", GOOD * 16_384.0);
+}
+
+#[test]
+fn error_path_keeps_every_refused_input() {
+    check("error-path", 131_072.0 / 8.0);
+}
+
+#[test]
+fn hook_keeps_every_requests_features() {
+    check("hook", GOOD * 16_384.0);
+}
+
+#[test]
+fn the_bounded_cache_passes() {
+    check("bounded-cache", 0.0);
+}
