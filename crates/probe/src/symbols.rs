@@ -57,6 +57,9 @@ fn object_of(pc: u64) -> Option<String> {
     let found = unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0;
     (found && !info.dli_fname.is_null()).then(|| {
         // SAFETY: dladdr returned a NUL-terminated path owned by the loader.
-        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        // The main executable is named as it was started (`target/debug/x`): made absolute,
+        // it reads as an object file, not a source, to the snapshot reader.
+        std::fs::canonicalize(&path).map_or(path, |p| p.display().to_string())
     })
 }
