@@ -88,3 +88,40 @@ fn hook_keeps_every_requests_features() {
 fn the_bounded_cache_passes() {
     check("bounded-cache", 0.0);
 }
+
+/// One HTTP/1.1 exchange on loopback: the status code and the body.
+fn http(base: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, answer.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
+}
+
+#[test]
+fn bad_requests_get_a_4xx_that_says_why_and_keep_nothing() {
+    let mut c = Command::new(exercises_exe());
+    c.args(["incident", "serve", "--original", "error-path", "--port", "0"]);
+    let service = Service::start(c);
+    let live = || {
+        let (_, text) = http(&service.base, "GET", "/metrics", "text/plain", "");
+        text.lines().find_map(|l| l.strip_prefix(EXACT).map(|v| v.trim().parse::<f64>().unwrap())).unwrap()
+    };
+    let before = live();
+    let json = "application/json";
+    for (content_type, body, status, says) in [
+        (json, "not json", 400, "Failed to parse"),
+        (json, r#"{"inputs": []}"#, 422, "1 to 1024 rows"),
+        (json, r#"{"inputs": [[1, 2]]}"#, 422, "the model takes 512"),
+        (json, r#"{"wrong": 1}"#, 422, "unknown field"),
+        ("text/plain", "{}", 415, "Content-Type"),
+    ] {
+        let (got, answer) = http(&service.base, "POST", "/v1/infer", content_type, body);
+        assert_eq!(got, status, "{body}: {answer}");
+        assert!(answer.contains("\"error\"") && answer.contains(says), "{body}: {answer}");
+    }
+    assert_eq!(live(), before, "a refused malformed request keeps no tensor, even on the error-path incident");
+}

@@ -84,7 +84,8 @@ In another terminal, at the repository's root:
          --header 'content-type: application/json' --vary --pid {pid} \\
          --metrics {base}/metrics --series 'leaklab_memory_bytes{{probe=\"cpu_allocator_live\"}}' \\
          --capacity 16GiB --rate 40 --snapshot {base}/debug/memory/snapshot
-  2. Which lines hold it? Two snapshots with traffic between them, then the difference:
+  2. Which lines hold it? (The scan's report names them; for the whole stacks:) a snapshot,
+     more traffic (the scan again, with --requests 200), a second snapshot, the difference:
      curl -s {base}/debug/memory/snapshot -o before.pickle
      curl -s {base}/debug/memory/snapshot -o after.pickle
      {leaklab} snapshot diff before.pickle after.pickle --stacks
