@@ -171,7 +171,8 @@ pub fn learner_file() -> PathBuf {
 
 /// Where the drill keeps its state: the seed (not shown to the learner) and the traffic.
 pub fn state_dir() -> PathBuf {
-    root().join("../../target/leaklab/incident")
+    let workspace = root().join("../..");
+    workspace.canonicalize().unwrap_or(workspace).join("target/leaklab/incident")
 }
 
 /// The folder of captured request bodies the briefing hands to `leaklab scan --body`.
@@ -206,7 +207,10 @@ pub fn prepare(new: bool, seed: Option<u64>) -> Result<String> {
     if !new && seed.is_none() {
         match current()? {
             Some(_) if file.exists() => return Ok(format!("Resuming the incident in progress, with {} as it is now (`--new` starts another).", file.display())),
-            Some(_) => {}
+            Some(_) => {
+                reset()?;
+                return Ok(format!("Resuming the incident in progress; {} was gone and is restored as it started.", file.display()));
+            }
             None if file.exists() => bail!("{} exists but no incident is recorded (was target/ cleaned?): `cargo xtask lab incident --new` replaces it", file.display()),
             None => {}
         }
