@@ -44,8 +44,8 @@ fn no_test_runs_the_learners_files() {
     // pristine copies and the solutions. (The exercises' binary, `cargo xtask lab check N`, is
     // what runs the learner's files.)
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // The incident drill's learner copy, src/incident.rs, is compiled into `leaklab-incident`
-    // only (behind a feature), never into the library the tests link.
+    // The incident drill's learner copy is compiled into its own binary only (behind a
+    // feature), never into the library the tests link: no test may name it or that binary.
     let learner = [["Version::", "Learner"].concat(), ["learner", "_file"].concat(), ["src/", "incident.rs"].concat(), ["leaklab-", "incident"].concat()];
     for test in std::fs::read_dir(root.join("tests")).unwrap().flatten() {
         let text = std::fs::read_to_string(test.path()).unwrap();
