@@ -157,11 +157,14 @@ fn a_live_prometheus_scraping_a_leaky_and_a_fixed_service_tells_them_apart() {
     let target = |s: &common::Service, variant: &str| format!("      - targets: ['{}']\n        labels: {{ pod: {variant} }}\n", s.base.trim_start_matches("http://"));
     let config = format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: leaklab\n    static_configs:\n{}{}", target(&leaky, "refs-leaky"), target(&fixed, "refs-fixed"));
     let server = Prometheus::start(dir.path(), &config);
-    // Load for 45 s on both, with `leaklab scan` itself as the driver.
+    // Load for 90 s on both, with `leaklab scan` itself as the driver. At 1 s scrapes the
+    // detector judges windows of 8 samples: 40 s gave it five floor points, and on a busy 2-core
+    // machine the load's uneven rate once widened the bound past zero (a real leak read
+    // "plateau"); twice the span halves that bound.
     let body = body(dir.path());
     let drive = |s: &common::Service, name: &str| {
         leaklab()
-            .args(["scan", &format!("{}/v1/infer", s.base), "--header", "content-type: application/json", "--requests", "1000000", "--max-requests", "1000000", "--warmup", "0", "--time-limit", "45s", "--pid", &s.pid(), "--json", "--out"])
+            .args(["scan", &format!("{}/v1/infer", s.base), "--header", "content-type: application/json", "--requests", "1000000", "--max-requests", "1000000", "--warmup", "0", "--time-limit", "90s", "--pid", &s.pid(), "--json", "--out"])
             .arg(dir.path().join(name))
             .arg("--body")
             .arg(&body)
@@ -185,7 +188,7 @@ fn a_live_prometheus_scraping_a_leaky_and_a_fixed_service_tells_them_apart() {
             "--rate-query",
             "rate(leaklab_requests_total{outcome=\"ok\"}[5s])",
             "--range",
-            "40s",
+            "85s",
             "--step",
             "1s",
             "--end",
@@ -198,6 +201,8 @@ fn a_live_prometheus_scraping_a_leaky_and_a_fixed_service_tells_them_apart() {
     );
     let pod = |name: &str| report["pods"].as_array().unwrap().iter().find(|p| p["labels"]["pod"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {report} ({stderr})"));
     let (l, f) = (pod("refs-leaky"), pod("refs-fixed"));
+    let slope = &l["judged"]["judgement"]["slope"];
+    eprintln!("refs-leaky from Prometheus: {} B/s, bound {} to {}, {} points", slope["bytes_per_request"], slope["low"], slope["high"], l["points"]);
     assert_eq!(l["judged"]["judgement"]["verdict"], "leak", "{l}");
     assert_eq!(l["ops"], "fail", "2 GiB runs out within a day at this rate: {l}");
     assert_ne!(f["judged"]["judgement"]["verdict"], "leak", "{f}");
