@@ -24,7 +24,7 @@ fn main() -> Result<()> {
         bail!("no incident in progress: `cargo xtask lab incident` starts one");
     }
     match Cli::parse() {
-        Cli::Serve(args) => serve::run(Box::new(incident::Service::new()), args.options(), |addr| print!("{}", serve::briefing(addr))),
+        Cli::Serve(args) => serve::run(Box::new(incident::Service::new()), &args, |addr| print!("{}", serve::briefing(addr))),
         Cli::Check => {
             leaklab_probe::cpu::install()?;
             let outcome = drill::check::check(&mut incident::Service::new());

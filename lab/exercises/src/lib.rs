@@ -130,7 +130,7 @@ pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
         }
     });
     let mut text = format!("Exercise {n} ({}), {} warm-up + {} requests of {ROWS} rows:\n", info.name, WARMUP, ITERATIONS);
-    let (leaks, memory) = memory_finding(&report, "handle()");
+    let (leaks, memory) = memory_finding(&report);
     text.push_str(&memory);
     let wrong = wrong.into_inner();
     if wrong.is_empty() {
@@ -165,14 +165,14 @@ pub fn reference_model() -> Mlp {
     Mlp::new(Scale::Default.config(), Device::Cpu)
 }
 
-/// What a leak check's exact allocator found, in plain words: whether it still leaks, and the
-/// lines that say so. `code` names what kept the memory (`handle()`).
-pub fn memory_finding(report: &leaklab_detect::LeakReport, code: &str) -> (bool, String) {
+/// What a leak check's exact allocator found, in plain words: whether `handle()` still leaks,
+/// and the lines that say so.
+pub fn memory_finding(report: &leaklab_detect::LeakReport) -> (bool, String) {
     let probe = &report.probes[0];
     let mut text = String::new();
     let leaks = match &probe.judgement {
         Ok(j) if j.verdict == Verdict::Leak => {
-            text.push_str(&format!("  It still leaks: {} per request stays allocated after {code} returns.\n", human_bytes(j.slope.bytes_per_request)));
+            text.push_str(&format!("  It still leaks: {} per request stays allocated after handle() returns.\n", human_bytes(j.slope.bytes_per_request)));
             if let Some(p) = probe.projection {
                 text.push_str(&format!(
                     "  At that rate an 80 GB card that starts at 12 GB is full after {} requests: {:.0} hours at one request every 32 s.\n",
@@ -180,7 +180,7 @@ pub fn memory_finding(report: &leaklab_detect::LeakReport, code: &str) -> (bool,
                     p.hours()
                 ));
             }
-            text.push_str(&format!("  Memory born in {code} is being kept: look for tensors that outlive the request.\n"));
+            text.push_str("  Memory born in handle() is being kept: look for tensors that outlive the request.\n");
             true
         }
         Ok(j) => {

@@ -101,7 +101,7 @@ fn main() -> Result<()> {
         }
         Command::Incident(IncidentCommand::Serve { original, args }) => {
             let incident = drill::incident(&original)?;
-            serve::run(drill::service(incident, Version::Original)?, args.options(), |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"))?;
+            serve::run(drill::service(incident, Version::Original)?, &args, |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"))?;
         }
         Command::Reveal { incident, json } => {
             let (incident, seed) = match incident {

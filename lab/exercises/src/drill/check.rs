@@ -81,7 +81,7 @@ pub fn check(service: &mut dyn Incident) -> Outcome {
     let mut text = format!(
         "The incident's handler, {WARMUP} warm-up + {REQUESTS} requests (1 in 8 raw features to refuse, 1 in 5 good inputs repeated):\n"
     );
-    let (leaks, memory) = memory_finding(&report, "handle()");
+    let (leaks, memory) = memory_finding(&report);
     text.push_str(&memory);
 
     let answers_right = tally.wrong.is_empty();

@@ -169,10 +169,15 @@ pub fn learner_file() -> PathBuf {
     root().join("src/incident.rs")
 }
 
+/// The repository's root, without `..` in it.
+pub fn workspace_root() -> PathBuf {
+    let workspace = root().join("../..");
+    workspace.canonicalize().unwrap_or(workspace)
+}
+
 /// Where the drill keeps its state: the seed (not shown to the learner) and the traffic.
 pub fn state_dir() -> PathBuf {
-    let workspace = root().join("../..");
-    workspace.canonicalize().unwrap_or(workspace).join("target/leaklab/incident")
+    workspace_root().join("target/leaklab/incident")
 }
 
 /// The folder of captured request bodies the briefing hands to `leaklab scan --body`.
@@ -193,10 +198,14 @@ pub fn current() -> Result<Option<(&'static IncidentInfo, u64)>> {
     }
 }
 
+/// `incident`'s handler as shipped (the bounded cache's is the one with every fix in).
+fn shipped(incident: &IncidentInfo) -> Vec<render::Line<'static>> {
+    render::render(render::TEMPLATE, incident.cause.map(|_| incident.name))
+}
+
 /// The learner's copy of `incident` as shipped.
 pub fn learner_text(incident: &IncidentInfo) -> String {
-    let name = (incident.cause.is_some()).then_some(incident.name);
-    render::learner_text(&render::render(render::TEMPLATE, name))
+    render::learner_text(&shipped(incident))
 }
 
 /// Readies an incident for `leaklab-incident serve`: with `new` or a `seed`, picks one (a
@@ -268,7 +277,7 @@ pub fn reveal(incident: &'static IncidentInfo, seed: Option<u64>) -> Reveal {
             .map(|(i, l)| NumberedLine { line: i + 1, code: l.code.trim().to_string() })
             .collect()
     };
-    let shipped = render::render(render::TEMPLATE, incident.cause.map(|_| incident.name));
+    let shipped = shipped(incident);
     let born = shipped.iter().position(|l| l.code.contains(incident.born_at)).map_or(NumberedLine { line: 0, code: incident.born_at.into() }, |i| NumberedLine { line: i + 1, code: shipped[i].code.trim().to_string() });
     let (lines, fix) = if incident.cause.is_some() {
         (numbered(shipped, true), numbered(render::render(render::TEMPLATE, None), false))

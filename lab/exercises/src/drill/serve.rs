@@ -28,12 +28,6 @@ use std::sync::{Arc, Mutex};
 /// The most rows one request may carry.
 pub const MAX_ROWS: usize = 1024;
 
-pub struct Options {
-    pub port: u16,
-    /// Alloc/free events the snapshot's trace keeps.
-    pub history_entries: usize,
-}
-
 /// The flags of `cargo xtask lab incident`, shared by the steps it runs (each takes its own).
 #[derive(Debug, Clone, clap::Args)]
 pub struct IncidentArgs {
@@ -51,17 +45,10 @@ pub struct IncidentArgs {
     pub history: usize,
 }
 
-impl IncidentArgs {
-    pub fn options(&self) -> Options {
-        Options { port: self.port, history_entries: self.history }
-    }
-}
-
 /// What the learner reads when the incident's service is up: the page, the service, and the
 /// instrument's commands with this service's address and PID filled in.
 pub fn briefing(addr: SocketAddr) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let root = root.canonicalize().unwrap_or(root);
+    let root = super::workspace_root();
     let relative = |p: std::path::PathBuf| p.canonicalize().ok().and_then(|p| p.strip_prefix(&root).ok().map(|r| r.display().to_string())).unwrap_or_else(|| p.display().to_string());
     let leaklab = std::env::current_exe().map(|e| relative(e.with_file_name("leaklab"))).unwrap_or_else(|_| "leaklab".into());
     let traffic = relative(super::traffic_dir());
@@ -118,14 +105,15 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Serves `handler` on 127.0.0.1 until interrupted; `started` hears the bound address first.
-pub fn run(handler: Box<dyn Incident>, options: Options, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+pub fn run(handler: Box<dyn Incident>, args: &IncidentArgs, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     cpu::install()?;
-    cpu::record_history(options.history_entries);
+    cpu::record_history(args.history);
     let model = Mlp::new(Scale::Default.config(), tch::Device::Cpu);
     let app = Arc::new(App { worker: Arc::new(Mutex::new(Worker { handler, model })), probes: Probes::cpu() });
+    let port = args.port;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], options.port))).await?;
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
         started(listener.local_addr()?);
         let router = Router::new()
             .route("/v1/infer", post(infer))
