@@ -16,6 +16,7 @@ mod serve;
 mod soak;
 mod test;
 mod tidy;
+mod wheel;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -45,6 +46,9 @@ enum Task {
     Lab(Passthrough),
     /// Build release binaries and a launcher into a folder that runs on a torch 2.11.0 host.
     DeviceBundle(bundle::BundleArgs),
+    /// Build the pip-installable wheel (the `leaklab` binary and the Python package) into
+    /// target/wheels/.
+    Wheel,
     /// Print where libtorch comes from and the environment every cargo command gets.
     Env,
 }
@@ -67,6 +71,10 @@ fn main() -> Result<()> {
         Task::Bench(p) => bench::run_all(&torch, &p.args),
         Task::Lab(p) => lab::run(&torch, &p.args),
         Task::DeviceBundle(args) => bundle::run(&torch, &args),
+        Task::Wheel => {
+            torch.ensure_python_packages()?;
+            wheel::build(&torch).map(drop)
+        }
         Task::Env => {
             torch.describe();
             Ok(())

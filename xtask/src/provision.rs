@@ -111,17 +111,46 @@ impl Torch {
         run_as_is(cmd)
     }
 
-    /// The Python twin's packages (FastAPI, uvicorn, safetensors, prometheus_client) and the
-    /// Kubernetes manifests' validator (kubernetes-validate, schemas bundled: works offline), in
-    /// the same python as torch.
+    /// The Python packages the tasks use, in the same python as torch: the twin's (FastAPI,
+    /// uvicorn, safetensors, prometheus_client), the Kubernetes manifests' validator
+    /// (kubernetes-validate, schemas bundled: works offline), the wheel's build (maturin, and
+    /// zig from the ziglang wheel for a manylinux_2_28 binary) and the Python package's tests
+    /// and checks (pytest, httpx for Starlette's TestClient, ruff, mypy). Only what is missing
+    /// is installed.
     pub fn ensure_python_packages(&self) -> Result<()> {
         let Some(python) = &self.python else { return Ok(()) };
-        let present = Command::new(python).args(["-c", "import fastapi, uvicorn, safetensors, prometheus_client, kubernetes_validate"]).output().map(|o| o.status.success()).unwrap_or(false);
-        if !present {
-            eprintln!("leaklab: installing the Python twin's packages (fastapi, uvicorn, safetensors, prometheus_client) and kubernetes-validate into {}", python.display());
-            pip_install(python, &["fastapi", "uvicorn", "safetensors", "prometheus_client", "kubernetes-validate==1.37.0"])?;
+        let absent = missing_modules(python, PYTHON_PACKAGES.iter().map(|(module, _)| *module));
+        let missing: Vec<&str> = PYTHON_PACKAGES.iter().filter(|(module, _)| absent.iter().any(|a| a == module)).map(|&(_, spec)| spec).collect();
+        if !missing.is_empty() {
+            eprintln!("leaklab: installing {} into {}", missing.join(" "), python.display());
+            pip_install(python, &missing)?;
         }
         Ok(())
+    }
+}
+
+/// (module to import, pip requirement) for every Python package a task needs.
+const PYTHON_PACKAGES: &[(&str, &str)] = &[
+    ("fastapi", "fastapi"),
+    ("uvicorn", "uvicorn"),
+    ("safetensors", "safetensors"),
+    ("prometheus_client", "prometheus_client"),
+    ("kubernetes_validate", "kubernetes-validate==1.37.0"),
+    ("maturin", "maturin==1.16.0"),
+    ("ziglang", "ziglang==0.15.1"),
+    ("pytest", "pytest"),
+    ("httpx", "httpx"),
+    ("ruff", "ruff"),
+    ("mypy", "mypy"),
+];
+
+/// The modules of `modules` that `python` cannot find (one interpreter start for all of them).
+fn missing_modules<'a>(python: &Path, modules: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let script = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))";
+    let modules: Vec<&str> = modules.collect();
+    match Command::new(python).args(["-c", script]).args(&modules).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect(),
+        _ => modules.into_iter().map(String::from).collect(),
     }
 }
 

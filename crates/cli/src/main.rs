@@ -92,9 +92,8 @@ struct ScanArgs {
     bodies: Vec<String>,
     #[arg(long, default_value = "POST")]
     method: reqwest::Method,
-    /// A header, `Name: value` (repeat).
-    #[arg(long = "header", value_parser = parse_header)]
-    headers: Vec<(String, String)>,
+    #[command(flatten)]
+    http: HttpArgs,
     /// Nudge every number in the JSON body per request (caches leak on new inputs only), seeded.
     #[arg(long, num_args = 0..=1, default_missing_value = "1")]
     vary: Option<u64>,
@@ -155,6 +154,31 @@ struct ScanArgs {
     /// Print the report as JSON and nothing else.
     #[arg(long)]
     json: bool,
+}
+
+/// How to reach the service (or, with --prometheus, the server): TLS trust and credentials, as
+/// Prometheus's own scrape configs name them. Secrets are read from files, never from flags.
+#[derive(Args)]
+struct HttpArgs {
+    /// A header, `Name: value`, sent with every request (repeat).
+    #[arg(long = "header", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+    /// A file holding a bearer token, sent as `Authorization: Bearer …` (e.g. a Kubernetes
+    /// service account token).
+    #[arg(long, value_name = "FILE", conflicts_with = "basic_auth")]
+    bearer_token_file: Option<PathBuf>,
+    /// Basic auth: the user, and a file holding the password.
+    #[arg(long, value_name = "USER:PASSWORD_FILE")]
+    basic_auth: Option<leaklab_client::BasicAuth>,
+    /// A PEM file of CA certificates to trust for https:// (besides the system's and Mozilla's roots).
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+}
+
+impl HttpArgs {
+    fn options(&self, timeout: std::time::Duration) -> leaklab_client::ClientOptions {
+        leaklab_client::ClientOptions { headers: self.headers.clone(), bearer_token_file: self.bearer_token_file.clone(), basic_auth: self.basic_auth.clone(), ca_cert: self.ca_cert.clone(), timeout: Some(timeout) }
+    }
 }
 
 /// `leaklab scan --prometheus`: the fleet, from the Prometheus server it already runs.
@@ -232,7 +256,7 @@ fn fleet(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         rate_query: f.rate_query,
         warmup_s: f.life_warmup.as_secs_f64(),
         fail_within_s: a.fail_if_oom_within.as_secs_f64(),
-        timeout: a.timeout.max(std::time::Duration::from_secs(60)),
+        http: a.http.options(a.timeout.max(std::time::Duration::from_secs(60))),
     };
     let report = leaklab_runner::commands::runtime()?.block_on(leaklab_fleet::scan_fleet(&options))?;
     let written = report.write(&a.out);
@@ -247,8 +271,7 @@ fn fleet(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once(':').ok_or_else(|| format!("`{s}`: a header is `Name: value`"))?;
-    Ok((k.trim().to_string(), v.trim().to_string()))
+    leaklab_client::parse_header(s).map_err(|e| e.to_string())
 }
 
 fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
@@ -269,19 +292,19 @@ fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         signals.push(Signal::cgroup(dir)?);
     }
     match (&a.metrics, a.series.is_empty()) {
-        (Some(url), false) => signals.push(Signal::Metrics { url: url.clone(), series: a.series.clone(), client: reqwest::Client::builder().timeout(a.timeout).build()? }),
+        (Some(url), false) => signals.push(Signal::Metrics { url: url.clone(), series: a.series.clone(), client: a.http.options(a.timeout).build()? }),
         (Some(_), true) => anyhow::bail!("--metrics needs the series to read: --series process_resident_memory_bytes (repeat for more)"),
         (None, false) => anyhow::bail!("--series reads from a metrics endpoint: give --metrics URL too"),
         (None, true) => {}
     }
     let options = leaklab_scan::ScanOptions {
-        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url.unwrap_or_default(), method: a.method, headers: a.headers, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
+        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url.unwrap_or_default(), method: a.method, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
         warmup: a.warmup,
         requests: a.requests,
         max_requests: a.max_requests.max(a.warmup + a.requests),
         until_confident: a.until_confident,
         concurrency: a.concurrency,
-        request_timeout: a.timeout,
+        http: a.http.options(a.timeout),
         time_limit: a.time_limit,
         max_error_ratio: a.max_error_ratio,
         signals,

@@ -24,38 +24,36 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(dir: &Path, config: &str) -> Prometheus {
+        Prometheus::start_with(dir, config, None)
+    }
+
+    /// With `web`, a `--web.config.file` (TLS, basic auth): the server then speaks https.
+    fn start_with(dir: &Path, config: &str, web: Option<&str>) -> Prometheus {
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("prometheus")
+        let log = dir.join("prometheus.log");
+        let mut command = Command::new("prometheus");
+        command
             .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--storage.tsdb.retention.time=30d")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let server = Prometheus { child, url: format!("http://127.0.0.1:{port}") };
+            .arg("--storage.tsdb.retention.time=30d");
+        if let Some(web) = web {
+            std::fs::write(dir.join("web.yml"), web).unwrap();
+            command.arg(format!("--web.config.file={}", dir.join("web.yml").display()));
+        }
+        let child = command.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+        let scheme = if web.is_some() { "https" } else { "http" };
+        let server = Prometheus { child, url: format!("{scheme}://127.0.0.1:{port}") };
+        // The server says when its storage is loaded and it answers queries; reading its log
+        // needs no HTTP (or TLS) client in the test.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !ready(port) {
-            assert!(Instant::now() < deadline, "Prometheus not ready in 60 s: {}", std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default());
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("Server is ready to receive web requests") {
+            assert!(Instant::now() < deadline, "Prometheus not ready in 60 s: {}", std::fs::read_to_string(&log).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(200));
         }
         server
     }
-}
-
-/// `GET /-/ready` answered 200, over a plain socket (the test needs no HTTP client of its own).
-fn ready(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /-/ready HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
 }
 
 impl Drop for Prometheus {
@@ -210,4 +208,55 @@ fn a_live_prometheus_scraping_a_leaky_and_a_fixed_service_tells_them_apart() {
     // refs-leaky keeps each answer (8 rows × 512 floats = 16 kB) and more: per request, at least that.
     let per_request = l["bytes_per_request"].as_f64().unwrap();
     assert!(per_request > 16_000.0 && per_request < 200_000.0, "{per_request} B/request");
+}
+
+#[test]
+fn a_prometheus_behind_tls_and_basic_auth_answers_with_the_right_ca_and_credentials_only() {
+    if skip("the fleet scan against a TLS Prometheus") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = common::tls::make(dir.path());
+    // Prometheus's own basic_auth_users take bcrypt hashes (cost 4: the test's, not production's).
+    let hash = bcrypt::hash("s3cr3t", 4).unwrap();
+    let web = format!("tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  alice: {hash}\n", certs.cert.display(), certs.key.display());
+    let (right, wrong) = (dir.path().join("password"), dir.path().join("wrong-password"));
+    std::fs::write(&right, "s3cr3t\n").unwrap();
+    std::fs::write(&wrong, "guess\n").unwrap();
+    // One pod of each synthetic pattern over 12 h, backfilled as in the fleet test above.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let end = (now / 60 * 60 - 300) as f64;
+    let pods = synthetic::fleet(1, end, 12.0 * 3600.0, 60.0);
+    std::fs::write(dir.path().join("fleet.om"), synthetic::openmetrics(&pods)).unwrap();
+    let backfill = Command::new("promtool").args(["tsdb", "create-blocks-from", "openmetrics"]).arg(dir.path().join("fleet.om")).arg(dir.path().join("data")).output().unwrap();
+    assert!(backfill.status.success(), "promtool backfill: {}", String::from_utf8_lossy(&backfill.stderr));
+    let server = Prometheus::start_with(dir.path(), "global:\n  scrape_interval: 1m\n", Some(&web));
+    assert!(server.url.starts_with("https://127.0.0.1:"));
+    let end_flag = format!("{end}");
+    let query = ["--query", "DCGM_FI_DEV_FB_USED", "--unit", "MiB", "--capacity-query", "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE", "--range", "12h", "--step", "60s", "--end", &end_flag, "--fail-if-oom-within", "3d"];
+    let (ca, wrong_ca) = (certs.ca.to_str().unwrap(), certs.wrong_ca.to_str().unwrap());
+    let alice = format!("alice:{}", right.display());
+    let (code, report, stderr) = fleet_scan(&server.url, &dir.path().join("ok"), &[&query[..], &["--ca-cert", ca, "--basic-auth", &alice]].concat());
+    assert_eq!(code, 1, "the seed leak runs out within 3 days: {stderr}");
+    let gpu_pods = pods.iter().filter(|p| p.pattern.is_gpu()).count();
+    assert_eq!(report["pods"].as_array().unwrap().len(), gpu_pods, "every GPU pod came back over TLS: {report}");
+
+    let refused = |args: &[&str], expected: &[&str]| {
+        let (code, _, stderr) = fleet_scan(&server.url, &dir.path().join("refused"), &[&query[..], args].concat());
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        for e in expected {
+            assert!(stderr.contains(e), "{args:?}: expected `{e}` in: {stderr}");
+        }
+    };
+    let wrong_password = format!("alice:{}", wrong.display());
+    refused(&["--ca-cert", wrong_ca, "--basic-auth", &alice], &["certificate is not trusted", "--ca-cert"]);
+    refused(&["--basic-auth", &alice], &["certificate is not trusted"]);
+    refused(&["--ca-cert", ca], &["401 Unauthorized", "--basic-auth USER:PASSWORD_FILE"]);
+    refused(&["--ca-cert", ca, "--basic-auth", &wrong_password], &["401 Unauthorized"]);
+    refused(&["--ca-cert", ca, "--basic-auth", "alice:/no/such/file"], &["cannot read the password file /no/such/file"]);
+    // Plain HTTP to the TLS port: Prometheus answers 400, said as "use https://".
+    let plain = server.url.replace("https://", "http://");
+    let (code, _, stderr) = fleet_scan(&plain, &dir.path().join("plain"), &[&query[..], &["--basic-auth", &alice]].concat());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("use https://"), "{stderr}");
 }

@@ -51,7 +51,8 @@ pub struct FleetOptions {
     pub warmup_s: f64,
     /// Fail when a series runs out sooner than this.
     pub fail_within_s: f64,
-    pub timeout: Duration,
+    /// Trust, credentials, headers and the query timeout for the server.
+    pub http: leaklab_client::ClientOptions,
 }
 
 /// One group's series, judged.
@@ -210,7 +211,7 @@ pub fn judge_fleet(series: &[Series], capacities: &BTreeMap<BTreeMap<String, Str
 /// Queries the server and judges the fleet. A partial answer (a capacity or rate query that
 /// fails) is kept with a note; only the memory query failing is an error.
 pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
-    let client = Client::new(&options.prometheus, options.timeout)?;
+    let client = Client::new(&options.prometheus, &options.http)?;
     let query = grouped(&options.query, &options.by);
     let started = Instant::now();
     // The three queries at once: the server evaluates them in parallel. A capacity is each

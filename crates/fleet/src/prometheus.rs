@@ -65,13 +65,14 @@ struct RawSeries {
 }
 
 impl Client {
-    /// `base` is the server's address, e.g. `http://prometheus:9090`.
-    pub fn new(base: &str, timeout: std::time::Duration) -> Result<Client> {
+    /// `base` is the server's address, e.g. `https://prometheus:9090`; `http` its trust,
+    /// credentials and headers (a managed Prometheus is HTTPS behind a token or basic auth).
+    pub fn new(base: &str, http: &leaklab_client::ClientOptions) -> Result<Client> {
         let base = base.trim_end_matches('/').to_string();
         if !base.starts_with("http://") && !base.starts_with("https://") {
             bail!("`{base}` is not a Prometheus address: give its URL, e.g. http://127.0.0.1:9090");
         }
-        Ok(Client { base, http: reqwest::Client::builder().timeout(timeout).build()? })
+        Ok(Client { base, http: http.build()? })
     }
 
     /// `query` evaluated over `range`; the series come back sorted by their labels.
@@ -115,9 +116,12 @@ impl Client {
         let url = format!("{}/api/v1/{endpoint}", self.base);
         let mut form = vec![("query", query.to_string())];
         form.extend(params.iter().cloned());
-        let response = self.http.post(&url).form(&form).send().await.with_context(|| format!("cannot reach Prometheus at {}", self.base))?;
+        let response = self.http.post(&url).form(&form).send().await.map_err(|e| anyhow::anyhow!("cannot reach Prometheus at {}: {}", self.base, leaklab_client::describe(&e)))?;
         let status = response.status();
         let body = response.bytes().await.with_context(|| format!("Prometheus at {} stopped answering", self.base))?;
+        if let Some(refused) = leaklab_client::refused(&self.base, status, &body) {
+            bail!("Prometheus at {refused}");
+        }
         let answer: Answer<T> = serde_json::from_slice(&body).map_err(|e| {
             let head: String = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
             anyhow::anyhow!("{url} answered {status} with something that is not the Prometheus API ({e}): {head}")

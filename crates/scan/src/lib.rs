@@ -23,11 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verdict::{Budget, Ops};
 
-/// What to send, and where.
+/// What to send, and where (headers and credentials travel with the client: [`ScanOptions::http`]).
 pub struct Target {
     pub url: String,
     pub method: reqwest::Method,
-    pub headers: Vec<(String, String)>,
     /// The bodies to cycle through (empty: no body).
     pub bodies: Vec<Vec<u8>>,
     /// Nudge every JSON number per request with this seed.
@@ -39,11 +38,7 @@ impl Target {
     /// done only once it is sent); the status code.
     async fn send(&self, client: &reqwest::Client, index: u64) -> Result<u16> {
         let body = load::body(&self.bodies, index, self.vary)?;
-        let mut request = client.request(self.method.clone(), &self.url);
-        for (k, v) in &self.headers {
-            request = request.header(k, v);
-        }
-        let response = request.body(body).send().await?;
+        let response = client.request(self.method.clone(), &self.url).body(body).send().await?;
         let status = response.status().as_u16();
         response.bytes().await?;
         Ok(status)
@@ -59,7 +54,9 @@ pub struct ScanOptions {
     pub max_requests: usize,
     pub until_confident: bool,
     pub concurrency: usize,
-    pub request_timeout: Duration,
+    /// Trust, credentials, headers and the request timeout, for every request the scan sends
+    /// to the service (the target, its metrics, its snapshot).
+    pub http: leaklab_client::ClientOptions,
     /// Stop the whole scan after this long, keeping what was measured.
     pub time_limit: Duration,
     /// Stop once more than this share of the answers (after 20) are not 2xx.
@@ -162,7 +159,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     if options.signals.is_empty() {
         bail!("no memory signal to watch: give --pid, --cgroup, --gpu or --metrics (see `leaklab scan --help`)");
     }
-    let client = reqwest::Client::builder().timeout(options.request_timeout).build()?;
+    let client = options.http.build()?;
     let started = Instant::now();
     let mut state = State::default();
     // Every signal must read once before any load: a bad PID, cgroup or series is said now.
@@ -170,8 +167,13 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         signal.read().await.with_context(|| format!("cannot read {}", signal.describe()))?;
     }
     let first = options.target.send(&client, 0).await;
-    if let Err(e) = &first {
-        bail!("the target {} does not answer: {e:#}", options.target.url);
+    match &first {
+        Err(e) => bail!("the target {} does not answer: {}", options.target.url, describe(e)),
+        Ok(code) => {
+            if let Some(refused) = reqwest::StatusCode::from_u16(*code).ok().and_then(|s| leaklab_client::refused(&options.target.url, s, b"")) {
+                bail!("{refused}");
+            }
+        }
     }
     state.settle(first);
     state.sample(options, 0).await;
@@ -184,7 +186,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         if let Some(note) = drive(&client, options, &mut state, &mut sent, options.warmup.max(1), started, &progress).await {
             state.notes.push(note);
         }
-        before = snapshot(url, &mut state.notes).await.map(|s| (sent as u64, s));
+        before = snapshot(&options.http, url, &mut state.notes).await.map(|s| (sent as u64, s));
     }
     loop {
         let stop = drive(&client, options, &mut state, &mut sent, target, started, &progress).await;
@@ -205,7 +207,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     }
     progress.bar.finish_and_clear();
     let who_holds = match (&options.snapshot_url, before) {
-        (Some(url), Some((at, before))) => snapshot(url, &mut state.notes).await.map(|after| leaklab_snapshot::diff(&before, &after, leaklab_snapshot::View::default(), Some((at, sent as u64)))),
+        (Some(url), Some((at, before))) => snapshot(&options.http, url, &mut state.notes).await.map(|after| leaklab_snapshot::diff(&before, &after, leaklab_snapshot::View::default(), Some((at, sent as u64)))),
         _ => None,
     };
     let series = judge_all(&state, options);
@@ -236,12 +238,16 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
 }
 
 /// The service's memory snapshot, decoded; a failure is a note, and the scan goes on without it.
-async fn snapshot(url: &str, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
+async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
     let fetched = async {
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).build()?;
-        let response = client.get(url).send().await?;
+        // A snapshot of a big service takes a while to pickle: more patience than a request.
+        let client = leaklab_client::ClientOptions { timeout: Some(Duration::from_secs(120)), ..http.clone() }.build()?;
+        let response = client.get(url).send().await.map_err(|e| anyhow::anyhow!(leaklab_client::describe(&e)))?;
         let status = response.status();
         let body = response.bytes().await?;
+        if let Some(refused) = leaklab_client::refused(url, status, &body) {
+            bail!("{refused}");
+        }
         if !status.is_success() {
             bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
         }
@@ -296,9 +302,18 @@ impl State {
     }
 }
 
+/// A transport failure in the user's words (an untrusted certificate, a refused connection...).
+fn describe(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<reqwest::Error>() {
+        Some(r) => leaklab_client::describe(r),
+        None => format!("{e:#}"),
+    }
+}
+
 fn error_kind(e: &anyhow::Error) -> String {
     match e.downcast_ref::<reqwest::Error>() {
         Some(r) if r.is_timeout() => "timeout".into(),
+        Some(r) if leaklab_client::describe(r).contains("certificate") => "TLS certificate not trusted".into(),
         Some(r) if r.is_connect() => "connection refused or reset".into(),
         _ => "transport error".into(),
     }

@@ -1,5 +1,8 @@
 //! Shared by the `leaklab` binary's tests: the binary, wired to the lab's service binary.
 
+#[allow(dead_code)]
+pub mod tls;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,30 @@
+"""leaklab: the memory leaks of PyTorch inference services, found, explained and guarded.
+
+The heavy work is done by the ``leaklab`` binary shipped in this wheel (``leaklab scan``,
+``leaklab snapshot``); this package holds what must run inside your own process:
+
+- :mod:`leaklab.asgi`: ``LeaklabDebug``, an ASGI middleware that answers "which object keeps
+  the memory alive" with a tensor census (``/debug/leaklab/tensors``).
+- :mod:`leaklab.census`: the tensor census itself, as a function.
+- :mod:`leaklab.pytest_plugin`: the ``leak_check`` fixture and marker (registered on install).
+
+Importing ``leaklab`` imports no torch: the parts that need it import it when they run.
+"""
+
+from __future__ import annotations
+
+from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
+
+__all__ = ["LeaklabNotFound", "find_leaklab_bin", "__version__"]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("leaklab")
+    except PackageNotFoundError:  # run from a source tree, not installed
+        return "0+unknown"
+
+
+__version__ = _version()
