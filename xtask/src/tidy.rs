@@ -78,7 +78,7 @@ mod tests {
 
     /// The libtorch-free side: what installs without a torch install. Every crate is on one
     /// side or the other, so a new crate has to be placed.
-    const LIBTORCH_FREE: [&str; 7] = ["leaklab-vocab", "leaklab-detect", "leaklab-runner", "leaklab-snapshot", "leaklab-scan", "leaklab-fleet", "leaklab"];
+    const LIBTORCH_FREE: [&str; 8] = ["leaklab-vocab", "leaklab-detect", "leaklab-runner", "leaklab-client", "leaklab-snapshot", "leaklab-scan", "leaklab-fleet", "leaklab"];
     const TORCH_SIDE: [&str; 5] = ["leaklab-probe", "leaklab-model", "leaklab-service", "leaklab-exercises", "xtask"];
 
     fn package_names() -> Vec<String> {
