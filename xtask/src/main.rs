@@ -1,7 +1,7 @@
 //! `cargo xtask`: the one entry point of leaklab.
 //!
 //! The xtask builds without libtorch, because provisioning libtorch is its first job: every
-//! task below first makes sure a usable torch 2.11.0 exists ([`provision::Torch::ensure`]) and
+//! task below but `wheel` first makes sure a usable torch 2.11.0 exists ([`provision::Torch::ensure`]) and
 //! then runs cargo with that libtorch wired in. The work itself lives in the library crates and
 //! the `leaklab` / `leaklab-service` binaries; the xtask stays a thin driver, one module a task.
 
@@ -61,22 +61,20 @@ struct Passthrough {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
-    let torch = provision::Torch::ensure()?;
-    match cli.task {
-        Task::RunLab(p) => run_lab::run(&torch, &p.args),
-        Task::Test(p) => test::run_all(&torch, &p.args),
-        Task::Serve(p) => serve::run(&torch, &p.args),
-        Task::Soak(p) => soak::run_all(&torch, &p.args),
-        Task::Bench(p) => bench::run_all(&torch, &p.args),
-        Task::Lab(p) => lab::run(&torch, &p.args),
-        Task::DeviceBundle(args) => bundle::run(&torch, &args),
-        Task::Wheel => {
-            torch.ensure_python_packages()?;
-            wheel::build(&torch).map(drop)
-        }
+    // Every task but the wheel first makes sure torch is there; the wheel is the instrument,
+    // which links no libtorch, so it is built without it.
+    let torch = provision::Torch::ensure;
+    match Cli::parse().task {
+        Task::RunLab(p) => run_lab::run(&torch()?, &p.args),
+        Task::Test(p) => test::run_all(&torch()?, &p.args),
+        Task::Serve(p) => serve::run(&torch()?, &p.args),
+        Task::Soak(p) => soak::run_all(&torch()?, &p.args),
+        Task::Bench(p) => bench::run_all(&torch()?, &p.args),
+        Task::Lab(p) => lab::run(&torch()?, &p.args),
+        Task::DeviceBundle(args) => bundle::run(&torch()?, &args),
+        Task::Wheel => wheel::build().map(drop),
         Task::Env => {
-            torch.describe();
+            torch()?.describe();
             Ok(())
         }
     }

@@ -113,8 +113,7 @@ impl Torch {
 
     /// The Python packages the tasks use, in the same python as torch: the twin's (FastAPI,
     /// uvicorn, safetensors, prometheus_client), the Kubernetes manifests' validator
-    /// (kubernetes-validate, schemas bundled: works offline), the wheel's build (maturin, and
-    /// zig from the ziglang wheel for a manylinux_2_28 binary) and the Python package's tests
+    /// (kubernetes-validate, schemas bundled: works offline) and the Python package's tests
     /// and checks (pytest, httpx for Starlette's TestClient, ruff, mypy). Only what is missing
     /// is installed.
     pub fn ensure_python_packages(&self) -> Result<()> {
@@ -136,8 +135,6 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("safetensors", "safetensors"),
     ("prometheus_client", "prometheus_client"),
     ("kubernetes_validate", "kubernetes-validate==1.37.0"),
-    ("maturin", "maturin==1.16.0"),
-    ("ziglang", "ziglang==0.15.1"),
     ("pytest", "pytest"),
     ("httpx", "httpx"),
     ("ruff", "ruff"),
@@ -166,15 +163,37 @@ fn prepend_path(dir: &Path, var: &str) -> OsString {
     env::join_paths(parts).expect("paths without separators")
 }
 
-fn venv_dir() -> Result<PathBuf> {
-    if let Some(dir) = env::var_os("LEAKLAB_VENV") {
-        return Ok(PathBuf::from(dir));
-    }
+fn cache_dir() -> Result<PathBuf> {
     let cache = match env::var_os("XDG_CACHE_HOME") {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(env::var_os("HOME").context("neither HOME nor XDG_CACHE_HOME is set")?).join(".cache"),
     };
-    Ok(cache.join("leaklab").join(format!("torch-{TORCH_VERSION}")))
+    Ok(cache.join("leaklab"))
+}
+
+fn venv_dir() -> Result<PathBuf> {
+    match env::var_os("LEAKLAB_VENV") {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Ok(cache_dir()?.join(format!("torch-{TORCH_VERSION}"))),
+    }
+}
+
+/// The wheel's build tools, maturin and zig (from the ziglang wheel, for a binary linked
+/// against glibc 2.28), pinned, in a small venv of their own beside the torch one: building
+/// the instrument's wheel must not need the 4.6 GB torch install. Returns its python.
+pub fn wheel_tools() -> Result<PathBuf> {
+    const TOOLS: [&str; 2] = ["maturin==1.16.0", "ziglang==0.15.1"];
+    let venv = cache_dir()?.join("wheel-tools");
+    let python = venv.join("bin/python");
+    let marker = venv.join("leaklab-tools-ready");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == TOOLS.join("\n")) && python.exists() {
+        return Ok(python);
+    }
+    create_venv(&venv)?;
+    eprintln!("leaklab: installing the wheel's build tools ({}) into {}", TOOLS.join(", "), venv.display());
+    pip_install(&python, &TOOLS)?;
+    std::fs::write(&marker, TOOLS.join("\n")).with_context(|| format!("cannot write {}", marker.display()))?;
+    Ok(python)
 }
 
 /// Makes `venv` hold a working torch, installing or repairing as needed, and returns its lib dir.

@@ -1,29 +1,58 @@
-//! `cargo xtask test`: everything CI runs. Unit, integration and doc tests (the benches once
-//! each in test mode), the Python twin's packages and Prometheus (server and promtool, for the
-//! fleet tests) installed first, the alert rules under promtool, the Kubernetes manifests
-//! validated, and the device bundle built and run here on CPU. Extra arguments go to `cargo
-//! test` and skip the last three steps.
+//! `cargo xtask test`: everything CI runs. The wheel built first (its test installs it into an
+//! empty venv), the Python packages and Prometheus (server and promtool, for the fleet tests)
+//! installed; unit, integration and doc tests (the benches once each in test mode); the Python
+//! package's own suite (pytest over the installed wheel, ruff, mypy --strict); the alert rules
+//! under promtool, the Kubernetes manifests validated, and the device bundle built and run here
+//! on CPU. Extra arguments go to `cargo test` and skip the steps after it.
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
 use anyhow::{Context, Result};
+use std::path::Path;
 use std::process::Command;
 
 pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     torch.ensure_python_packages()?;
     let promtool = crate::apt::ensure("promtool", "prometheus");
+    let wheel = crate::wheel::build()?;
     let mut all = torch.cargo();
-    all.args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
+    all.env("LEAKLAB_WHEEL", &wheel).args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
     let mut docs = torch.cargo();
     docs.args(["test", "--workspace", "--no-fail-fast", "--doc"]).args(args);
     let (all, docs) = (run(all), run(docs));
     all.and(docs)?;
     if args.is_empty() {
+        python_package(torch, &wheel)?;
         promtool_rules(promtool)?;
         kubernetes(torch, promtool)?;
         crate::bundle::build_and_smoke(torch)?;
     }
     Ok(())
+}
+
+/// The Python package as its users get it: the wheel installed into the torch venv (so the
+/// pytest11 entry point is registered as pip registers it), its suite under pytest, and the
+/// package's source under ruff and mypy --strict.
+fn python_package(torch: &Torch, wheel: &Path) -> Result<()> {
+    let python = torch.python.as_ref().context("the Python package's tests need the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)")?;
+    let package = workspace_root().join("crates/cli/python");
+    let python = || {
+        let mut cmd = Command::new(python);
+        cmd.current_dir(workspace_root()).envs(torch.env());
+        cmd
+    };
+    let mut install = python();
+    install.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps", "--force-reinstall"]).arg(wheel);
+    run(install).context("the wheel does not install into the torch venv")?;
+    let mut ruff = python();
+    ruff.args(["-m", "ruff", "check"]).arg(&package);
+    run(ruff).context("ruff finds problems in crates/cli/python")?;
+    let mut mypy = python();
+    mypy.args(["-m", "mypy", "--strict"]).arg(package.join("leaklab"));
+    run(mypy).context("mypy --strict finds problems in the leaklab package")?;
+    let mut pytest = python();
+    pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).arg(package.join("tests"));
+    run(pytest).context("the Python package's tests failed")
 }
 
 /// `promtool test rules` on the alert rules.

@@ -4,7 +4,7 @@
 //! maturin's own manylinux audit. Written to `target/wheels/`.
 
 use crate::process::run;
-use crate::provision::{workspace_root, Torch};
+use crate::provision::{wheel_tools, workspace_root};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,9 +12,9 @@ use std::process::Command;
 /// The lowest manylinux the binary's glibc symbols allow (maturin's audit refuses a higher one).
 pub const MANYLINUX: &str = "manylinux_2_28";
 
-/// Builds the wheel and returns its path.
-pub fn build(torch: &Torch) -> Result<PathBuf> {
-    let python = torch.python.as_ref().context("building the wheel needs the provisioned python (maturin and ziglang live there); unset LIBTORCH or set LEAKLAB_PYTHON")?;
+/// Builds the wheel and returns its path. Needs no torch: the binary is libtorch-free.
+pub fn build() -> Result<PathBuf> {
+    let python = wheel_tools()?;
     let out = workspace_root().join("target/wheels");
     // Old wheels of other versions would make "the" wheel ambiguous.
     if out.exists() {
@@ -24,10 +24,13 @@ pub fn build(torch: &Torch) -> Result<PathBuf> {
             }
         }
     }
-    let mut maturin = Command::new(python);
+    // maturin finds zig through `python -m ziglang` only with the tools' bin/ first on PATH.
+    let bin = python.parent().context("the tools' python lives in a folder")?;
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())))?;
+    let mut maturin = Command::new(&python);
     maturin
         .current_dir(workspace_root().join("crates/cli"))
-        .envs(torch.env())
+        .env("PATH", path)
         .args(["-m", "maturin", "build", "--release", "--locked", "--zig", "--compatibility", MANYLINUX, "--out"])
         .arg(&out);
     run(maturin).context("maturin could not build the wheel")?;

@@ -4,24 +4,9 @@
 
 mod common;
 
-use common::{body, leaklab, rust, service_exe, Service};
-use std::path::{Path, PathBuf};
+use common::{body, leaklab, python, rust, service_exe, twin, Service};
+use std::path::Path;
 use std::process::Command;
-
-fn python() -> String {
-    std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON and installs the twin's packages")
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The twin of `variant`, with the Rust model's weights.
-fn twin(variant: &str, weights: &Path) -> Service {
-    let mut c = Command::new(python());
-    c.arg(root().join("lab/python/twin_service.py")).args(["--variant", variant, "--port", "0", "--threads", "1", "--weights"]).arg(weights);
-    Service::start(c)
-}
 
 /// `leaklab scan` with the test's common flags; its exit code and JSON report.
 fn scan(url: &str, body: &Path, out: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
@@ -50,12 +35,10 @@ const BUDGET: [&str; 6] = ["--capacity", "8GiB", "--rate", "5", "--fail-if-oom-w
 #[test]
 fn every_leaky_twin_variant_fails_and_every_fixed_one_passes_by_pid_and_by_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let weights = dir.path().join("w.safetensors");
-    assert!(Command::new(service_exe()).args(["export-weights", "--out"]).arg(&weights).status().unwrap().success());
     let body = body(dir.path());
     let mut seen = Vec::new();
     for (variant, leaky) in [("graph-leaky", true), ("refs-leaky", true), ("cache-leaky", true), ("graph-fixed", false), ("refs-fixed", false), ("baseline", false)] {
-        let service = twin(variant, &weights);
+        let service = twin(variant, dir.path(), &[]);
         let (pid, metrics) = (service.pid(), format!("{}/metrics", service.base));
         let mut flags = vec!["--pid", &pid, "--metrics", &metrics, "--series", "process_resident_memory_bytes", "--requests", "400", "--warmup", "50"];
         flags.extend(BUDGET);

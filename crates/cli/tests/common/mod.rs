@@ -33,6 +33,7 @@ fn sibling_exe(package: &str, bin: &str) -> PathBuf {
     path
 }
 
+#[allow(dead_code)]
 pub fn leaklab() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leaklab"));
     command.env("LEAKLAB_SERVICE", service_exe());
@@ -88,4 +89,23 @@ pub fn body(dir: &Path) -> PathBuf {
     let rows: Vec<Vec<f32>> = (0..8).map(|r| (0..512).map(|c| ((r * 512 + c) % 97) as f32 / 97.0 - 0.5).collect()).collect();
     std::fs::write(&path, serde_json::to_vec(&serde_json::json!({ "inputs": rows })).unwrap()).unwrap();
     path
+}
+
+/// The python that has torch and the twin's packages (`cargo xtask test` sets it).
+#[allow(dead_code)]
+pub fn python() -> String {
+    std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON and installs the twin's packages")
+}
+
+/// The lab's Python twin (FastAPI + PyTorch) of `variant`, with the Rust model's weights
+/// exported into `dir`, and `extra` flags.
+#[allow(dead_code)]
+pub fn twin(variant: &str, dir: &Path, extra: &[&str]) -> Service {
+    let weights = dir.join("w.safetensors");
+    if !weights.exists() {
+        assert!(Command::new(service_exe()).args(["export-weights", "--out"]).arg(&weights).status().unwrap().success());
+    }
+    let mut c = Command::new(python());
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/python/twin_service.py")).args(["--variant", variant, "--port", "0", "--threads", "1", "--weights"]).arg(&weights).args(extra);
+    Service::start(c)
 }
