@@ -47,8 +47,11 @@ fn python_package(torch: &Torch, wheel: &Path) -> Result<()> {
     let mut ruff = python();
     ruff.args(["-m", "ruff", "check"]).arg(&package);
     run(ruff).context("ruff finds problems in crates/cli/python")?;
+    let mut format = python();
+    format.args(["-m", "ruff", "format", "--check"]).arg(&package);
+    run(format).context("crates/cli/python is not formatted: run `ruff format crates/cli/python`")?;
     let mut mypy = python();
-    mypy.args(["-m", "mypy", "--strict"]).arg(package.join("leaklab"));
+    mypy.args(["-m", "mypy", "--strict", "--config-file"]).arg(workspace_root().join("crates/cli/pyproject.toml")).arg(package.join("leaklab"));
     run(mypy).context("mypy --strict finds problems in the leaklab package")?;
     let mut pytest = python();
     pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).arg(package.join("tests"));

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
 
-__all__ = ["LeaklabNotFound", "find_leaklab_bin", "__version__"]
+__all__ = ["LeaklabNotFound", "__version__", "find_leaklab_bin"]
 
 
 def _version() -> str:

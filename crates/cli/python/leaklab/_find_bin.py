@@ -11,12 +11,6 @@ class LeaklabNotFound(FileNotFoundError):
     """No ``leaklab`` binary beside this package: the wheel was not installed, only its sources copied."""
 
 
-def _user_scheme() -> str:
-    if sys.version_info >= (3, 10):
-        return sysconfig.get_preferred_scheme("user")
-    return "posix_user"
-
-
 def find_leaklab_bin() -> str:
     """The path of the ``leaklab`` binary that this package was installed with.
 
@@ -34,7 +28,7 @@ def find_leaklab_bin() -> str:
     candidates = [
         sysconfig.get_path("scripts"),
         sysconfig.get_path("scripts", vars={"base": sys.base_prefix}),
-        sysconfig.get_path("scripts", scheme=_user_scheme()),
+        sysconfig.get_path("scripts", scheme=sysconfig.get_preferred_scheme("user")),
         # `pip install --target DIR` puts the package in DIR and the binary in DIR/bin.
         os.path.join(package_root, "bin"),
         # `pip install --prefix P` puts the package in P/lib/pythonX.Y/site-packages.
