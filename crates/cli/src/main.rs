@@ -24,20 +24,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every variant of the lab's service under load, judge it and write the report.
-    RunLab(RunLabArgs),
-    /// Sustained load against the fixed variants and the baseline.
-    Soak(SoakArgs),
-    /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
-    Bench(BenchArgs),
-    /// Drive load at a running HTTP service and judge its memory from outside: leak, plateau or
-    /// flat, how fast, which memory, and when it runs out; or, with --prometheus, judge every
-    /// pod's memory series over a range. Exit 0 pass, 1 fail, 2 cannot judge.
+    /// A leak verdict and a time to OOM for a running HTTP service, judged from outside.
+    ///
+    /// Drives load at the URL, samples the service's memory after every answer (its process,
+    /// its cgroup, its GPU, its own gauges) and judges leak, plateau or flat: how fast, which
+    /// memory, and when it runs out at the production rate. With --prometheus, judges every
+    /// pod's memory series over a range instead. Exit 0 pass, 1 fail, 2 cannot judge.
+    #[command(after_help = SCAN_EXAMPLES)]
     Scan(Box<ScanArgs>),
     /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// The lab: run every variant of its service under load, judge it and write the report
+    /// (needs `leaklab-service`, built by `cargo xtask run-lab` from a clone).
+    RunLab(RunLabArgs),
+    /// The lab: sustained load against the fixed variants and the baseline.
+    Soak(SoakArgs),
+    /// The lab: the HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
+    Bench(BenchArgs),
 }
+
+const SCAN_EXAMPLES: &str = "Examples:
+  leaklab scan http://127.0.0.1:8000/predict --body request.json --header 'content-type: application/json' --pid 4242
+  leaklab scan https://infer.internal/v1/infer --body req.json --ca-cert ca.pem --bearer-token-file token --metrics https://infer.internal/metrics --series process_resident_memory_bytes
+  leaklab scan --prometheus https://prometheus:9090 --basic-auth ops:/run/secrets/prom --query DCGM_FI_DEV_FB_USED --unit MiB --capacity-query 'DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE'";
 
 #[derive(Subcommand)]
 enum SnapshotCommand {
@@ -85,75 +95,75 @@ struct ScanArgs {
     /// The endpoint to drive, e.g. http://127.0.0.1:8000/v1/infer (not with --prometheus).
     #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
     url: Option<String>,
-    #[command(flatten)]
-    fleet: FleetArgs,
     /// Request body: a file, a folder of files (cycled), or - for stdin (repeat the flag to cycle several).
-    #[arg(long = "body")]
+    #[arg(long = "body", help_heading = "Requests")]
     bodies: Vec<String>,
-    #[arg(long, default_value = "POST")]
+    #[arg(long, default_value = "POST", help_heading = "Requests")]
     method: reqwest::Method,
-    #[command(flatten)]
-    http: HttpArgs,
     /// Nudge every number in the JSON body per request (caches leak on new inputs only), seeded.
-    #[arg(long, num_args = 0..=1, default_missing_value = "1")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "1", help_heading = "Requests")]
     vary: Option<u64>,
     /// Requests judged, after the warm-up.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, help_heading = "Requests")]
     requests: usize,
     /// Requests first, not judged (start-up, caches warming).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, help_heading = "Requests")]
     warmup: usize,
     /// Keep sending, half the requests at a time, until the verdict cannot change, up to --max-requests.
-    #[arg(long)]
+    #[arg(long, help_heading = "Requests")]
     until_confident: bool,
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, help_heading = "Requests")]
     max_requests: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Requests")]
     concurrency: usize,
     /// A request's longest wait, e.g. 30s.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, help_heading = "Requests")]
     timeout: std::time::Duration,
     /// The whole scan's longest run, e.g. 10m; what was measured is kept.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, help_heading = "Requests")]
     time_limit: std::time::Duration,
     /// Stop when more than this share of the answers are errors.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, help_heading = "Requests")]
     max_error_ratio: f64,
+    #[command(flatten, next_help_heading = "Connection: TLS, credentials, headers")]
+    http: HttpArgs,
     /// Watch this process and its children (RSS, anonymous memory).
-    #[arg(long)]
+    #[arg(long, help_heading = "What to watch")]
     pid: Option<u32>,
     /// Watch this cgroup folder (v1 or v2 memory controller), e.g. /sys/fs/cgroup/memory/mysvc.
-    #[arg(long)]
+    #[arg(long, help_heading = "What to watch")]
     cgroup: Option<PathBuf>,
     /// Watch the GPU memory of --pid through NVML.
-    #[arg(long)]
+    #[arg(long, help_heading = "What to watch")]
     gpu: bool,
     /// Scrape this Prometheus endpoint after each request...
-    #[arg(long)]
+    #[arg(long, help_heading = "What to watch")]
     metrics: Option<String>,
     /// ...for these series (repeat), e.g. process_resident_memory_bytes.
-    #[arg(long = "series")]
+    #[arg(long = "series", help_heading = "What to watch")]
     series: Vec<String>,
     /// The service's memory snapshot endpoint (a PyTorch snapshot pickle), fetched after the
     /// warm-up and at the end: the report names the lines that hold what accumulated.
-    #[arg(long)]
+    #[arg(long, help_heading = "What to watch")]
     snapshot: Option<String>,
     /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
     /// machine's memory; with --prometheus, --capacity-query).
-    #[arg(long)]
+    #[arg(long, help_heading = "Budget")]
     capacity: Option<bytesize::ByteSize>,
     /// Requests per second in production (default: the reference scenario's one every 32 s).
-    #[arg(long, default_value_t = 1.0 / 32.0)]
+    #[arg(long, default_value_t = 1.0 / 32.0, help_heading = "Budget")]
     rate: f64,
     /// Fail when memory runs out sooner than this at --rate, e.g. 7d.
-    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration, help_heading = "Budget")]
     fail_if_oom_within: std::time::Duration,
     /// Report folder (report.md, report.json, plots).
-    #[arg(long, default_value = "target/leaklab/scan")]
+    #[arg(long, default_value = "target/leaklab/scan", help_heading = "Report")]
     out: PathBuf,
     /// Print the report as JSON and nothing else.
-    #[arg(long)]
+    #[arg(long, help_heading = "Report")]
     json: bool,
+    #[command(flatten, next_help_heading = "A fleet from Prometheus (instead of a URL)")]
+    fleet: FleetArgs,
 }
 
 /// How to reach the service (or, with --prometheus, the server): TLS trust and credentials, as
