@@ -35,6 +35,10 @@ enum Command {
     /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// The verdict on series measured elsewhere (the pytest plugin's), by the detector `scan`
+    /// uses: a JSON document of samples and censuses in, the outcome and who holds it out.
+    /// Exit 0 pass, 1 fail, 2 cannot judge.
+    Judge(JudgeArgs),
     /// The lab: run every variant of its service under load, judge it and write the report
     /// (needs `leaklab-service`, built by `cargo xtask run-lab` from a clone).
     RunLab(RunLabArgs),
@@ -146,6 +150,11 @@ struct ScanArgs {
     /// warm-up and at the end: the report names the lines that hold what accumulated.
     #[arg(long, help_heading = "What to watch")]
     snapshot: Option<String>,
+    /// The base of leaklab's agent in the service (`leaklab.asgi.LeaklabDebug`), e.g.
+    /// http://127.0.0.1:8000/debug/leaklab: its tensor census after the warm-up and at the end
+    /// names the objects that keep the memory (and, on CUDA, its snapshot the lines).
+    #[arg(long, value_name = "BASE", help_heading = "What to watch")]
+    agent: Option<String>,
     /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
     /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long, help_heading = "Budget")]
@@ -322,6 +331,7 @@ fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
         budget: leaklab_scan::verdict::Budget { steps_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
         quiet: a.json,
         snapshot_url: a.snapshot,
+        agent_url: a.agent,
     };
     let report = leaklab_runner::commands::runtime()?.block_on(leaklab_scan::scan(&options))?;
     // The partial report is kept even when the scan stopped early; a write failure is said after it.
@@ -365,6 +375,34 @@ fn snapshot(cmd: SnapshotCommand) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+#[derive(Args)]
+struct JudgeArgs {
+    /// The request document (`leaklab_scan::judge::JudgeRequest`, docs/pytest.md), or - for stdin.
+    input: PathBuf,
+    /// Print the answer as JSON (the outcome, every series' verdict, the census difference and
+    /// the message) instead of the message.
+    #[arg(long)]
+    json: bool,
+}
+
+fn judge(a: JudgeArgs) -> Result<leaklab_scan::judge::Outcome> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    if a.input.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut text)?;
+    } else {
+        text = std::fs::read(&a.input).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", a.input.display()))?;
+    }
+    let request: leaklab_scan::judge::JudgeRequest = serde_json::from_slice(&text).map_err(|e| anyhow::anyhow!("not a judge request: {e}"))?;
+    let answer = leaklab_scan::judge::judge_request(&request);
+    if a.json {
+        println!("{}", serde_json::to_string(&answer)?);
+    } else {
+        println!("{}", answer.message);
+    }
+    Ok(answer.outcome)
 }
 
 /// Where the lab's service binary is (default: beside this one, or $LEAKLAB_SERVICE).
@@ -491,6 +529,15 @@ fn main() -> ExitCode {
         })
         .map(|()| true),
         Command::Snapshot(cmd) => snapshot(cmd),
+        Command::Judge(a) => {
+            return match judge(a) {
+                Ok(outcome) => ExitCode::from(outcome.exit_code()),
+                Err(e) => {
+                    eprintln!("leaklab judge: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Scan(a) => {
             return match scan(*a) {
                 Ok(outcome) => ExitCode::from(outcome.exit_code()),

@@ -9,6 +9,8 @@
 //!
 //! No libtorch: it installs on the box that runs the leaking service in a minute.
 
+pub mod agent;
+pub mod judge;
 pub mod load;
 pub mod report;
 pub mod signals;
@@ -70,6 +72,10 @@ pub struct ScanOptions {
     /// service's `/debug/memory/snapshot`): fetched after the warm-up and at the end, and the
     /// difference named by line in the report.
     pub snapshot_url: Option<String>,
+    /// The base of the agent's routes inside a Python service (`…/debug/leaklab`): its tensor
+    /// census after the warm-up and at the end names the holders that grew, and, where the
+    /// service uses CUDA and no `snapshot_url` is given, its `/snapshot` is the snapshot.
+    pub agent_url: Option<String>,
 }
 
 /// One series: its samples, its judgement and its ops verdict.
@@ -106,6 +112,9 @@ pub struct ScanReport {
     /// With a snapshot endpoint: what the judged requests left live, by allocating stack.
     #[serde(default)]
     pub who_holds: Option<leaklab_snapshot::Difference>,
+    /// With the agent: the holders whose tensors grew between its two censuses.
+    #[serde(default)]
+    pub census: Option<agent::CensusDiff>,
     /// Why the scan stopped early, or a signal was dropped: said plainly, kept in the report.
     pub notes: Vec<String>,
 }
@@ -166,6 +175,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     for signal in &options.signals {
         signal.read().await.with_context(|| format!("cannot read {}", signal.describe()))?;
     }
+    // So is the agent: its cheap /stats route answers before any traffic is sent.
+    if let Some(base) = &options.agent_url {
+        agent::check(&client, base).await?;
+    }
     let first = options.target.send(&client, 0).await;
     match &first {
         Err(e) => bail!("the target {} does not answer: {}", options.target.url, describe(e)),
@@ -180,13 +193,13 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let mut target = options.warmup + options.requests;
     let progress = Progress::new(target, options.quiet);
     let mut sent = 1;
-    // The first snapshot after the warm-up, so that caches warming up are not counted as kept.
+    // The first look inside after the warm-up, so that caches warming up are not counted as kept.
     let mut before = None;
-    if let Some(url) = &options.snapshot_url {
+    if options.snapshot_url.is_some() || options.agent_url.is_some() {
         if let Some(note) = drive(&client, options, &mut state, &mut sent, options.warmup.max(1), started, &progress).await {
             state.notes.push(note);
         }
-        before = snapshot(&options.http, url, &mut state.notes).await.map(|s| (sent as u64, s));
+        before = Some(look(options, &client, sent as u64, &mut state.notes).await);
     }
     loop {
         let stop = drive(&client, options, &mut state, &mut sent, target, started, &progress).await;
@@ -206,9 +219,14 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         progress.bar.set_message("not yet confident: sending more");
     }
     progress.bar.finish_and_clear();
-    let who_holds = match (&options.snapshot_url, before) {
-        (Some(url), Some((at, before))) => snapshot(&options.http, url, &mut state.notes).await.map(|after| leaklab_snapshot::diff(&before, &after, leaklab_snapshot::View::default(), Some((at, sent as u64)))),
-        _ => None,
+    let (who_holds, census) = match before {
+        Some(before) => {
+            let after = look(options, &client, sent as u64, &mut state.notes).await;
+            let snapshots = before.snapshot.zip(after.snapshot).map(|(b, a)| leaklab_snapshot::diff(&b, &a, leaklab_snapshot::View::default(), Some((before.at, after.at))));
+            let censuses = before.census.zip(after.census).map(|(b, a)| agent::diff(&b, &a, after.at - before.at));
+            (snapshots, censuses)
+        }
+        None => (None, None),
     };
     let series = judge_all(&state, options);
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
@@ -218,7 +236,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     } else {
         Outcome::CannotJudge
     };
-    let diagnosis = verdict::diagnose(&series.iter().filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict))).collect::<Vec<_>>());
+    let mut diagnosis = verdict::diagnose(&series.iter().filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict))).collect::<Vec<_>>());
+    if let Some(top) = census.as_ref().and_then(|c| c.lines(1, "request").pop()) {
+        diagnosis.push_str(&format!(" The agent's census names the holder that grew most: {top}."));
+    }
     let seconds = started.elapsed().as_secs_f64();
     Ok(ScanReport {
         url: options.target.url.clone(),
@@ -233,12 +254,43 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         budget: options.budget,
         series,
         who_holds,
+        census,
         notes: state.notes,
     })
 }
 
+/// What the service shows of itself at one point of the scan: the agent's census, its memory
+/// snapshot.
+struct Look {
+    at: u64,
+    census: Option<agent::Census>,
+    snapshot: Option<leaklab_snapshot::Snapshot>,
+}
+
+/// Takes a [`Look`]; what cannot be had is a note, and the scan goes on without it.
+async fn look(options: &ScanOptions, client: &reqwest::Client, at: u64, notes: &mut Vec<String>) -> Look {
+    let census = match &options.agent_url {
+        Some(base) => agent::fetch(client, base).await.map_err(|e| push_once(notes, format!("no census from the agent, so no holders named: {e:#}"))).ok(),
+        None => None,
+    };
+    let snapshot = match (&options.snapshot_url, &options.agent_url) {
+        (Some(url), _) => snapshot(&options.http, url, false, notes).await,
+        (None, Some(base)) => snapshot(&options.http, &format!("{}/snapshot", base.trim_end_matches('/')), true, notes).await,
+        (None, None) => None,
+    };
+    Look { at, census, snapshot }
+}
+
+fn push_once(notes: &mut Vec<String>, note: String) {
+    if !notes.contains(&note) {
+        notes.push(note);
+    }
+}
+
 /// The service's memory snapshot, decoded; a failure is a note, and the scan goes on without it.
-async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
+/// `cuda_only`: the agent's route, which answers 409 in a service that uses no CUDA (its census
+/// alone then names the holders).
+async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, cuda_only: bool, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
     let fetched = async {
         // A snapshot of a big service takes a while to pickle: more patience than a request.
         let client = leaklab_client::ClientOptions { timeout: Some(Duration::from_secs(120)), ..http.clone() }.build()?;
@@ -248,15 +300,22 @@ async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, notes: &mut V
         if let Some(refused) = leaklab_client::refused(url, status, &body) {
             bail!("{refused}");
         }
+        if cuda_only && status == reqwest::StatusCode::CONFLICT {
+            return Ok(None);
+        }
         if !status.is_success() {
             bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
         }
-        Ok(leaklab_snapshot::from_bytes(&body)?)
+        Ok(Some(leaklab_snapshot::from_bytes(&body)?))
     };
     match fetched.await {
-        Ok(s) => Some(s),
+        Ok(Some(s)) => Some(s),
+        Ok(None) => {
+            push_once(notes, "the service uses no CUDA (the agent has no CUDA snapshot): the census alone names the holders".into());
+            None
+        }
         Err(e) => {
-            notes.push(format!("no memory snapshot, so no who-holds-it table: {e:#}"));
+            push_once(notes, format!("no memory snapshot, so no who-holds-it table by allocating line: {e:#}"));
             None
         }
     }

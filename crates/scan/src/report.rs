@@ -37,6 +37,10 @@ impl ScanReport {
     pub fn table(&self) -> String {
         let rows: Vec<[String; 7]> = self.series.iter().map(row).collect();
         let mut out = vec![aligned_table(&HEADER, &rows)];
+        if let Some(c) = &self.census {
+            out.push(String::new());
+            out.push(format!("Who holds it (the agent's tensor census after the warm-up and at the end):\n{}", c.text(5, "request")));
+        }
         if let Some(d) = &self.who_holds {
             out.push(String::new());
             out.push(format!("Who holds it (snapshots after the warm-up and at the end):
@@ -74,6 +78,9 @@ impl ScanReport {
         let mut md = format!("# leaklab scan of {}\n\n**{}**\n\n", self.url, self.summary().replace('\n', "\n\n"));
         md.push_str(&markdown_table(&HEADER, &self.series.iter().map(row).collect::<Vec<_>>()));
         md.push('\n');
+        if let Some(c) = &self.census {
+            md.push_str(&c.markdown(20, "request"));
+        }
         if let Some(d) = &self.who_holds {
             md.push_str(&leaklab_snapshot::render::difference_markdown("Who holds the memory the judged requests left live", d, 10));
             md.push('\n');

@@ -18,7 +18,7 @@ pub fn diagnose(growing: &[(Kind, Verdict)]) -> String {
     } else if grows(Kind::Gpu) {
         "GPU memory grows with every request (NVML). Export torch.cuda.memory_allocated() and memory_reserved() as gauges and scan with --metrics to tell kept tensors from allocator cache (docs/runbook.md step 4)."
     } else if grows(Kind::Host) {
-        "Host memory grows while the GPU does not (or is not watched): tensors kept on the CPU, Python objects or caches kept per request. Take a snapshot or a heap profile of the process (docs/runbook.md steps 2 to 4)."
+        "Host memory grows while the GPU does not (or is not watched): tensors kept on the CPU, Python objects or caches kept per request. To name the object that keeps them, mount leaklab's agent in the service and scan again with --agent (docs/agent.md; docs/runbook.md steps 2 to 4)."
     } else if grows(Kind::Other) {
         "A gauge the service exports grows with every request (docs/runbook.md step 0)."
     } else {

@@ -1,0 +1,310 @@
+//! The agent inside a Python service (`leaklab.asgi.LeaklabDebug`, docs/agent.md): its tensor
+//! census, the document `GET /debug/leaklab/tensors` answers (schema `leaklab.census/1`, written
+//! once as the Python package's TypedDicts), and the difference between two censuses by holder.
+//!
+//! A scan with `--agent` takes a census after the warm-up and one at the end: the holders whose
+//! bytes grew between them are who keeps what the judged requests left live, named as a Python
+//! engineer reads them (`service.HISTORY`, `app.state.responses`). `leaklab judge` diffs the
+//! censuses the pytest plugin takes the same way, so both say "who holds it" in one voice.
+
+use anyhow::{bail, Result};
+use leaklab_detect::human_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The census schema this reader knows; a newer minor addition of fields is read as is.
+pub const SCHEMA: &str = "leaklab.census/1";
+
+/// What the autograd graphs of a holder's tensors keep alive beside the tensors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphStats {
+    pub tensors: u64,
+    pub nodes: u64,
+    pub saved_tensors: u64,
+    pub saved_bytes: u64,
+}
+
+/// One holder of a census: the container that keeps tensors alive, and what it keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    pub holder: String,
+    pub kind: String,
+    pub tensors: u64,
+    /// Bytes of the storages first reached through this holder (each storage once per census).
+    pub bytes: u64,
+    #[serde(default)]
+    pub devices: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub dtypes: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub shapes: Vec<Vec<i64>>,
+    #[serde(default)]
+    pub graph: GraphStats,
+}
+
+impl Holder {
+    /// The tensors' storages plus what only their graphs keep.
+    pub fn held_bytes(&self) -> u64 {
+        self.bytes + self.graph.saved_bytes
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub tensors: u64,
+    pub bytes: u64,
+    pub graph_nodes: u64,
+    pub graph_saved_bytes: u64,
+}
+
+/// A census as the agent (or `leaklab.census.census()`) writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Census {
+    pub schema: String,
+    pub pid: u32,
+    pub taken_at: f64,
+    /// Wall time of the walk.
+    pub seconds: f64,
+    pub complete: bool,
+    pub stopped_early: Option<String>,
+    /// gc-tracked objects when it started.
+    pub objects: u64,
+    pub totals: Totals,
+    /// Largest first.
+    pub holders: Vec<Holder>,
+    #[serde(default)]
+    pub holders_omitted: u64,
+}
+
+impl Census {
+    /// Reads a census document; anything else is a clear error.
+    pub fn from_json(bytes: &[u8]) -> Result<Census> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| anyhow::anyhow!("not a census (not JSON: {e})"))?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!("a census of schema `{other}`; this leaklab reads `{SCHEMA}`: upgrade the one or the other"),
+            None => bail!("not a census: the JSON has no `schema` field (is this the agent's /tensors route?)"),
+        }
+        serde_json::from_value(value).map_err(|e| anyhow::anyhow!("a malformed census: {e}"))
+    }
+}
+
+/// A holder that grew between two censuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Growth {
+    pub holder: String,
+    pub kind: String,
+    /// Held bytes (storages plus graph-saved) after minus before.
+    pub bytes: i64,
+    /// `bytes` over the calls or requests between the censuses.
+    pub bytes_per_step: f64,
+    pub tensors: i64,
+    pub graph_nodes: i64,
+    /// Held bytes in the second census.
+    pub bytes_after: u64,
+    /// A few of the holder's shapes in the second census.
+    pub shapes: Vec<Vec<i64>>,
+}
+
+/// Who holds what accumulated between two censuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CensusDiff {
+    /// Requests (or calls) between the two censuses.
+    pub steps: u64,
+    /// Holders whose held bytes, tensors or graph nodes grew, most bytes first.
+    pub grown: Vec<Growth>,
+    /// Every tensor's bytes plus graph-saved bytes, after minus before.
+    pub total_bytes: i64,
+    pub total_tensors: i64,
+    pub total_graph_nodes: i64,
+    /// Seconds each census held the service (walk time), before and after.
+    pub census_seconds: (f64, f64),
+    /// A census that stopped early, said as it said it.
+    pub notes: Vec<String>,
+}
+
+/// The holders that grew from `before` to `after`, `steps` requests or calls apart. Holders are
+/// matched by name (the agent collapses indices and keys, so a holder keeps its name); one new
+/// in `after` grew from nothing.
+pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
+    let old: BTreeMap<&str, &Holder> = before.holders.iter().map(|h| (h.holder.as_str(), h)).collect();
+    let per = |b: i64| b as f64 / steps.max(1) as f64;
+    let mut grown: Vec<Growth> = after
+        .holders
+        .iter()
+        .filter_map(|h| {
+            let o = old.get(h.holder.as_str());
+            let bytes = h.held_bytes() as i64 - o.map_or(0, |o| o.held_bytes() as i64);
+            let tensors = h.tensors as i64 - o.map_or(0, |o| o.tensors as i64);
+            let graph_nodes = h.graph.nodes as i64 - o.map_or(0, |o| o.graph.nodes as i64);
+            (bytes > 0 || tensors > 0 || graph_nodes > 0).then(|| Growth { holder: h.holder.clone(), kind: h.kind.clone(), bytes, bytes_per_step: per(bytes), tensors, graph_nodes, bytes_after: h.held_bytes(), shapes: h.shapes.iter().take(3).cloned().collect() })
+        })
+        .collect();
+    grown.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.graph_nodes.cmp(&a.graph_nodes)).then(a.holder.cmp(&b.holder)));
+    let total = |c: &Census| (c.totals.bytes + c.totals.graph_saved_bytes) as i64;
+    let mut notes = Vec::new();
+    for (which, c) in [("the first", before), ("the second", after)] {
+        if let Some(why) = &c.stopped_early {
+            notes.push(format!("{which} census stopped early ({why}): holders it did not reach are missing"));
+        }
+        if c.holders_omitted > 0 {
+            notes.push(format!("{which} census left out {} small holders (asked with top=)", c.holders_omitted));
+        }
+    }
+    CensusDiff {
+        steps,
+        grown,
+        total_bytes: total(after) - total(before),
+        total_tensors: after.totals.tensors as i64 - before.totals.tensors as i64,
+        total_graph_nodes: after.totals.graph_nodes as i64 - before.totals.graph_nodes as i64,
+        census_seconds: (before.seconds, after.seconds),
+        notes,
+    }
+}
+
+fn signed_bytes(b: f64) -> String {
+    if b >= 0.0 {
+        format!("+{}", human_bytes(b))
+    } else {
+        human_bytes(b)
+    }
+}
+
+impl CensusDiff {
+    /// One line per grown holder, the way a failure message lists them:
+    /// `service.HISTORY (module global): +300 tensors, +1.23 MB (4.10 kB per request)`.
+    pub fn lines(&self, top: usize, step: &str) -> Vec<String> {
+        self.grown
+            .iter()
+            .take(top)
+            .map(|g| {
+                let mut parts = Vec::new();
+                if g.tensors != 0 {
+                    parts.push(format!("{:+} tensors", g.tensors));
+                }
+                parts.push(format!("{} ({} per {step})", signed_bytes(g.bytes as f64), human_bytes(g.bytes_per_step)));
+                if g.graph_nodes != 0 {
+                    parts.push(format!("{:+} autograd graph nodes", g.graph_nodes));
+                }
+                format!("{} ({}): {}", g.holder, g.kind, parts.join(", "))
+            })
+            .collect()
+    }
+
+    /// The text under a report's "who holds it" heading.
+    pub fn text(&self, top: usize, step: &str) -> String {
+        let mut out = if self.grown.is_empty() {
+            vec![format!("No holder grew: the tensors reachable from Python are the same {} {step}s later ({} in all).", self.steps, signed_bytes(self.total_bytes as f64))]
+        } else {
+            self.lines(top, step).into_iter().map(|l| format!("  {l}")).collect()
+        };
+        if self.grown.len() > top {
+            out.push(format!("  … and {} more holders that grew", self.grown.len() - top));
+        }
+        out.push(format!("  In all: {:+} tensors, {} ({} per {step}) over {} {step}s; each census took {:.2} s and {:.2} s.", self.total_tensors, signed_bytes(self.total_bytes as f64), human_bytes(self.total_bytes as f64 / self.steps.max(1) as f64), self.steps, self.census_seconds.0, self.census_seconds.1));
+        out.extend(self.notes.iter().map(|n| format!("  Note: {n}")));
+        out.join("\n")
+    }
+
+    pub fn markdown(&self, top: usize, step: &str) -> String {
+        let rows: Vec<[String; 6]> = self
+            .grown
+            .iter()
+            .take(top)
+            .map(|g| [format!("`{}`", g.holder), g.kind.clone(), format!("{:+}", g.tensors), signed_bytes(g.bytes as f64), human_bytes(g.bytes_per_step), format!("{:+}", g.graph_nodes)])
+            .collect();
+        let mut md = format!("## Who holds it (the agent's tensor census, {} {step}s apart)\n\n", self.steps);
+        if rows.is_empty() {
+            md.push_str("No holder grew.\n\n");
+        } else {
+            let per = format!("per {step}");
+            md.push_str(&leaklab_runner::report::markdown_table(&["holder", "kind", "tensors", "bytes", &per, "graph nodes"], &rows));
+            md.push('\n');
+        }
+        for n in &self.notes {
+            md.push_str(&format!("Note: {n}\n\n"));
+        }
+        md
+    }
+}
+
+/// `GET {base}/stats`, the agent's cheap route: says before any traffic whether the agent is
+/// there and lets this client in.
+pub async fn check(client: &reqwest::Client, base: &str) -> Result<()> {
+    let url = format!("{}/stats", base.trim_end_matches('/'));
+    let response = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("the agent at {base} does not answer: {}", leaklab_client::describe(&e)))?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    if let Some(refused) = leaklab_client::refused(&url, status, &body) {
+        bail!("{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)");
+    }
+    if !status.is_success() {
+        bail!("{url} answered {status}: is --agent the base of the agent's routes, e.g. http://127.0.0.1:8000/debug/leaklab? ({})", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
+    }
+    Ok(())
+}
+
+/// `GET {base}/tensors` with the scan's client (its token or credentials, its CA).
+pub async fn fetch(client: &reqwest::Client, base: &str) -> Result<Census> {
+    let url = format!("{}/tensors", base.trim_end_matches('/'));
+    let response = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("{url}: {}", leaklab_client::describe(&e)))?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    if let Some(refused) = leaklab_client::refused(&url, status, &body) {
+        bail!("{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)");
+    }
+    if !status.is_success() {
+        bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(300)]).trim());
+    }
+    Census::from_json(&body).map_err(|e| anyhow::anyhow!("{url}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(name: &str, tensors: u64, bytes: u64, nodes: u64, saved: u64) -> Holder {
+        Holder { holder: name.into(), kind: "module global".into(), tensors, bytes, devices: BTreeMap::new(), dtypes: BTreeMap::new(), shapes: vec![vec![8, 512]], graph: GraphStats { tensors: (nodes > 0) as u64, nodes, saved_tensors: 0, saved_bytes: saved } }
+    }
+
+    fn census(holders: Vec<Holder>) -> Census {
+        let totals = Totals { tensors: holders.iter().map(|h| h.tensors).sum(), bytes: holders.iter().map(|h| h.bytes).sum(), graph_nodes: holders.iter().map(|h| h.graph.nodes).sum(), graph_saved_bytes: holders.iter().map(|h| h.graph.saved_bytes).sum() };
+        Census { schema: SCHEMA.into(), pid: 1, taken_at: 0.0, seconds: 0.1, complete: true, stopped_early: None, objects: 1000, totals, holders, holders_omitted: 0 }
+    }
+
+    #[test]
+    fn holders_that_grew_are_named_with_their_growth_per_step_and_the_others_are_not() {
+        let before = census(vec![holder("service.HISTORY", 50, 819_200, 0, 0), holder("model.weights", 4, 4_000_000, 0, 0), holder("Pipeline.acc", 1, 4, 100, 40_000)]);
+        let after = census(vec![holder("service.HISTORY", 650, 10_649_600, 0, 0), holder("model.weights", 4, 4_000_000, 0, 0), holder("Pipeline.acc", 1, 4, 700, 280_000), holder("service.CACHE", 3, 12, 0, 0)]);
+        let d = diff(&before, &after, 600);
+        let names: Vec<&str> = d.grown.iter().map(|g| g.holder.as_str()).collect();
+        assert_eq!(names, ["service.HISTORY", "Pipeline.acc", "service.CACHE"], "weights did not grow");
+        assert_eq!(d.grown[0].bytes, 9_830_400);
+        assert_eq!(d.grown[0].bytes_per_step, 16_384.0);
+        assert_eq!((d.grown[1].tensors, d.grown[1].graph_nodes, d.grown[1].bytes), (0, 600, 240_000), "one tensor whose graph grows");
+        assert_eq!(d.total_bytes, 9_830_400 + 240_000 + 12);
+        let lines = d.lines(5, "request");
+        assert_eq!(lines[0], "service.HISTORY (module global): +600 tensors, +9.83 MB (16.38 kB per request)");
+        assert!(lines[1].contains("+600 autograd graph nodes"), "{}", lines[1]);
+        assert!(d.text(1, "call").contains("… and 2 more holders that grew"));
+    }
+
+    #[test]
+    fn a_bounded_holder_full_before_the_first_census_does_not_grow() {
+        let full = census(vec![holder("Recorder.buffer", 1024, 2_097_152, 0, 0)]);
+        let d = diff(&full, &full.clone(), 300);
+        assert!(d.grown.is_empty());
+        assert!(d.text(5, "call").starts_with("No holder grew"), "{}", d.text(5, "call"));
+    }
+
+    #[test]
+    fn other_documents_are_refused_clearly() {
+        assert!(Census::from_json(b"<html>").unwrap_err().to_string().contains("not JSON"));
+        assert!(Census::from_json(b"{\"holders\": []}").unwrap_err().to_string().contains("no `schema`"));
+        assert!(Census::from_json(b"{\"schema\": \"leaklab.census/9\"}").unwrap_err().to_string().contains("leaklab.census/9"));
+        assert!(Census::from_json(b"{\"schema\": \"leaklab.census/1\", \"pid\": 1}").unwrap_err().to_string().contains("malformed"));
+        let mut doc = serde_json::to_value(census(vec![holder("a", 1, 1, 0, 0)])).unwrap();
+        doc["a_field_from_a_newer_agent"] = serde_json::json!(1);
+        assert!(Census::from_json(doc.to_string().as_bytes()).is_ok(), "unknown fields are read past");
+    }
+}
