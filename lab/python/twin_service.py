@@ -12,9 +12,12 @@ function. Each leaky line is marked LEAK(cause), its fixed twin FIX(cause), as i
 
 Like a real service it exposes Prometheus metrics at /metrics (prometheus_client's process
 collector: process_resident_memory_bytes; on CUDA also torch.cuda.memory_allocated() and
-memory_reserved() as gauges), which is what `leaklab scan --metrics` reads from outside. With
-`--device cuda --record-memory-history N` it records the CUDA allocator's history and serves
-PyTorch's own snapshot pickle at /debug/memory/snapshot, for `leaklab snapshot explain`.
+memory_reserved() as gauges), which is what `leaklab scan --metrics` reads from outside. It
+mounts leaklab's agent (`leaklab.asgi.LeaklabDebug`) as a user would: the tensor census at
+/debug/leaklab/tensors names what keeps the leaky variants' tensors (the pipeline lives in
+`app.state.pipeline`: graph-leaky's `.acc`, refs-leaky's `.history`, cache-leaky's `.cache`), and
+with `--device cuda --record-memory-history N` PyTorch's own snapshot pickle is at
+/debug/leaklab/snapshot, for `leaklab snapshot explain`.
 """
 
 import argparse
@@ -23,18 +26,23 @@ import ctypes
 import json
 import os
 import socket
+import sys
 import threading
 import time
-
-import pickle
 
 import prometheus_client
 import torch
 import uvicorn
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
 from safetensors.torch import load_file
+
+try:
+    from leaklab.asgi import LeaklabDebug
+except ImportError:  # run from the source tree without the wheel installed: its package is here
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "cli", "python"))
+    from leaklab.asgi import LeaklabDebug
 
 VARIANTS = {
     # name: (graph, refs, cache) with None meaning "feature absent", as in variant.rs
@@ -160,8 +168,11 @@ class TorchCudaCollector:
         yield reserved
 
 
-def make_app(pipeline, variant, sample_capacity=200_000, debug=False):
+def make_app(pipeline, variant, sample_capacity=200_000, record_memory_history=0):
     app = FastAPI()
+    # Where a FastAPI service keeps what it loads at start-up; the census names the leaks from it.
+    app.state.pipeline = pipeline
+    app.add_middleware(LeaklabDebug, record_memory_history=record_memory_history)
     registry = prometheus_client.CollectorRegistry()
     prometheus_client.ProcessCollector(registry=registry)
     registry.register(TorchCudaCollector())
@@ -171,12 +182,13 @@ def make_app(pipeline, variant, sample_capacity=200_000, debug=False):
     features = pipeline.config["input"]
 
     @app.post("/v1/infer")
-    def infer(request: InferRequest):
-        if not request.inputs or any(len(row) != features for row in request.inputs):
+    def infer(body: InferRequest, request: Request):
+        if not body.inputs or any(len(row) != features for row in body.inputs):
             raise HTTPException(status_code=422, detail=f"every row needs {features} features")
+        pipeline = request.app.state.pipeline
         with lock:
             started = time.perf_counter()
-            outputs, cached = pipeline.infer(request.inputs)
+            outputs, cached = pipeline.infer(body.inputs)
             latency_us = int((time.perf_counter() - started) * 1e6)
             # The same JSON as the Rust service's RequestSample; the allocator fields are 0
             # because PyTorch exposes no CPU allocator statistics: compare on heap_bytes.
@@ -193,15 +205,6 @@ def make_app(pipeline, variant, sample_capacity=200_000, debug=False):
     @app.get("/metrics")
     def metrics():
         return Response(prometheus_client.generate_latest(registry), media_type=prometheus_client.CONTENT_TYPE_LATEST)
-
-    @app.get("/debug/memory/snapshot")
-    def snapshot():
-        if not debug:
-            raise HTTPException(status_code=404, detail="start the twin with --record-memory-history N to record a snapshot")
-        with lock:
-            # PyTorch's own snapshot, pickled as torch.cuda.memory._dump_snapshot writes it.
-            data = pickle.dumps(torch.cuda.memory._snapshot())
-        return Response(data, media_type="application/octet-stream")
 
     @app.get("/debug/memory/samples")
     def debug_samples(since: int = 0):
@@ -225,19 +228,19 @@ def main():
     parser.add_argument("--cache-bytes", type=int, default=None)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--record-memory-history", type=int, default=0, metavar="N",
-                        help="on CUDA: record the allocator's last N events with Python stacks for /debug/memory/snapshot")
+                        help="on CUDA: leaklab's agent records the allocator's last N events with Python stacks, "
+                             "served at /debug/leaklab/snapshot")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("CUDA not available: no CUDA device is visible to this process")
-    if args.record_memory_history:
-        if args.device != "cuda":
-            parser.error("--record-memory-history records the CUDA allocator: use it with --device cuda")
-        torch.cuda.memory._record_memory_history(max_entries=args.record_memory_history, stacks="python")
+    if args.record_memory_history and args.device != "cuda":
+        parser.error("--record-memory-history records the CUDA allocator: use it with --device cuda")
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model, config = build_model(args.weights)
     cache_bytes = args.cache_bytes or 32 * 4 * config["batch"] * config["input"]
-    app = make_app(Pipeline(args.variant, model, config, cache_bytes, args.device), args.variant, debug=args.record_memory_history > 0)
+    app = make_app(Pipeline(args.variant, model, config, cache_bytes, args.device), args.variant,
+                   record_memory_history=args.record_memory_history)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

@@ -1,0 +1,270 @@
+"""The census as a function: storages counted once, bounds that say why they stopped, no trace of itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+from leaklab.census import CensusError, census, diff
+
+KEEP: dict[str, Any] = {}
+
+
+def _holder(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((h for h in doc["holders"] if h["holder"] == name), None)
+
+
+@pytest.fixture
+def keep() -> Any:
+    yield KEEP
+    KEEP.clear()
+
+
+def test_a_view_shares_its_base_storage_and_is_counted_once(keep: Any) -> None:
+    base = torch.zeros(1000)
+    keep["bases"] = [base]
+    keep["views"] = [base[10:20], base.view(10, 100)]
+    del base
+    doc = census()
+    # Both lists are items of one plain dict, whose keys are variable parts: one holder, the
+    # dict, with the base's 4,000 bytes once and three tensors.
+    bases = _holder(doc, f"{__name__}.KEEP")
+    assert bases is not None
+    assert bases["bytes"] == 4000 and bases["tensors"] == 3
+    assert sorted(bases["shapes"]) == [[10], [10, 100], [1000]]
+
+
+def test_a_view_held_elsewhere_adds_no_bytes(keep: Any) -> None:
+    global VIEWS
+    base = torch.zeros(500)
+    keep["base"] = base
+    VIEWS = [base[:5]]
+    del base  # a local of this test would be a holder too (a frame's)
+    try:
+        doc = census()
+        assert _holder(doc, f"{__name__}.KEEP.base") is None  # a plain dict: its keys are variable
+        held = _holder(doc, f"{__name__}.KEEP")
+        views = _holder(doc, f"{__name__}.VIEWS")
+        assert held is not None and views is not None
+        assert (held["bytes"], views["bytes"]) in ((2000, 0), (0, 2000))
+        assert held["tensors"] == views["tensors"] == 1
+    finally:
+        del VIEWS
+
+
+def test_max_depth_stops_the_walk_and_says_so(keep: Any) -> None:
+    keep["deep"] = [[[[torch.zeros(3)]]]]
+    full = census()
+    assert _holder(full, f"{__name__}.KEEP")["shapes"] == [[3]]  # type: ignore[index]
+    doc = census(max_depth=2)
+    assert not doc["complete"]
+    assert doc["stopped_early"] is not None and doc["stopped_early"].startswith("max_depth")
+    # What was not reached is still counted, under a holder that says why it has no name.
+    assert _holder(doc, f"{__name__}.KEEP") is None
+    unnamed = _holder(doc, "(not reached: the census stopped early)")
+    assert unnamed is not None and unnamed["kind"] == "not reached" and [3] in unnamed["shapes"]
+
+
+def test_max_seconds_stops_the_walk_and_keeps_what_it_found() -> None:
+    doc = census(max_seconds=1e-9)
+    assert not doc["complete"]
+    assert doc["stopped_early"] is not None and doc["stopped_early"].startswith("max_seconds")
+    assert doc["visited"] < doc["objects"]
+
+
+def test_a_census_leaves_nothing_the_next_one_sees(keep: Any) -> None:
+    # A graph whose saved tensors the census unpacks (PyTorch then keeps their Python objects
+    # from C++), a cycle, a view: two censuses in a row must agree on every holder.
+    w = torch.randn(8, 8, requires_grad=True)
+    keep["loss"] = (torch.randn(4, 8) @ w).relu().sum()
+    keep["views"] = [w.detach()[:2]]
+    first, second = census(), census()
+    strip = [(h["holder"], h["tensors"], h["bytes"], h["graph"]) for h in first["holders"]]
+    assert strip == [(h["holder"], h["tensors"], h["bytes"], h["graph"]) for h in second["holders"]]
+    assert diff(first, second) == []
+
+
+def test_a_graph_freed_by_backward_is_still_walked() -> None:
+    global LOSS
+    w = torch.randn(8, 8, requires_grad=True)
+    LOSS = (torch.randn(4, 8) @ w).relu().sum()
+    try:
+        before = _holder(census(), f"{__name__}.LOSS")
+        LOSS.backward()  # frees the saved tensors: reading them raises, the census goes on
+        after = _holder(census(), f"{__name__}.LOSS")
+        assert before is not None and after is not None
+        assert before["graph"]["saved_bytes"] > 0 and after["graph"]["saved_bytes"] == 0
+        assert after["graph"]["nodes"] == before["graph"]["nodes"]
+    finally:
+        del LOSS
+
+
+def test_objects_with_hostile_attribute_access_are_never_touched(keep: Any) -> None:
+    calls: list[str] = []
+
+    class Proxy:
+        def __getattribute__(self, name: str) -> Any:
+            calls.append(name)
+            raise RuntimeError(f"the census must not read {name}")
+
+        @property
+        def payload(self) -> Any:
+            calls.append("payload")
+            raise RuntimeError("the census must not run a property")
+
+    proxy = Proxy()
+    object.__setattr__(proxy, "kept", torch.zeros(7))
+    keep["proxy"] = proxy
+    del proxy
+    doc = census()
+    assert calls == []
+    held = [h for h in doc["holders"] if [7] in h["shapes"]]
+    assert [h["holder"] for h in held] == [f"{__name__}.KEEP[…].kept"]
+
+
+class Node:
+    pass
+
+
+def test_many_cycles_and_native_holders_are_sorted_as_the_collector_would() -> None:
+    # Forty of each: more than gc.get_referrers is asked about at once, so the census scans.
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    futures = []
+    try:
+        for _ in range(40):
+            node = Node()
+            node.me, node.t = node, torch.zeros(3)
+            future = torch.futures.Future()
+            future.set_result(torch.zeros(5))
+            futures.append(future)
+        del node, future
+        doc = census()
+        cycles = _holder(doc, f"unreachable cycle (awaiting gc): {__name__}.Node.t")
+        native = _holder(doc, "held from native code (no Python referrer)")
+        assert cycles is not None and cycles["tensors"] == 40 and cycles["bytes"] == 40 * 12
+        assert native is not None and native["tensors"] >= 40 and [5] in native["shapes"]
+        gc.collect()
+        assert _holder(census(), f"unreachable cycle (awaiting gc): {__name__}.Node.t") is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_bad_bounds_are_refused() -> None:
+    for kwargs in ({"max_seconds": 0}, {"max_seconds": -1}, {"max_depth": 0}, {"top": -1}):
+        with pytest.raises(ValueError):
+            census(**kwargs)
+
+
+def test_top_keeps_the_largest_holders_and_counts_the_rest(keep: Any) -> None:
+    keep["big"] = torch.zeros(1 << 20)
+    full, top = census(), census(top=1)
+    assert len(top["holders"]) == 1 and top["holders_omitted"] == len(full["holders"]) - 1
+    assert top["holders"][0] == full["holders"][0] and top["totals"] == full["totals"]
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": ":".join(sys.path), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_importing_leaklab_imports_no_torch() -> None:
+    done = _python("""
+        import sys
+        import leaklab, leaklab.census, leaklab.asgi
+        assert "torch" not in sys.modules, "importing leaklab imported torch"
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_without_torch_the_census_says_so_and_the_agent_answers_409() -> None:
+    done = _python("""
+        import asyncio, importlib.abc, json, sys
+
+        class NoTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("No module named 'torch' (hidden by the test)")
+
+        sys.meta_path.insert(0, NoTorch())
+        from leaklab.asgi import LeaklabDebug
+        from leaklab.census import CensusError, census
+        try:
+            census()
+        except CensusError as e:
+            print("census:", e)
+        sys.path.insert(0, sys.argv[-1]) if False else None
+
+        async def app(scope, receive, send):
+            raise AssertionError("not for the app")
+
+        async def get(path):
+            sent = []
+            scope = {"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": [],
+                     "client": ("127.0.0.1", 1)}
+            async def receive():
+                return {"type": "http.request"}
+            async def send(m):
+                sent.append(m)
+            await LeaklabDebug(app)(scope, receive, send)
+            return sent[0]["status"], json.loads(sent[1]["body"])
+
+        for path in ("/debug/leaklab/tensors", "/debug/leaklab/snapshot", "/debug/leaklab/stats"):
+            status, doc = asyncio.run(get(path))
+            print(path, status, doc.get("error", doc.get("schema")))
+    """)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("census: the tensor census needs torch") and "cannot import it" in lines[0]
+    assert lines[1].startswith("/debug/leaklab/tensors 409 the tensor census needs torch")
+    assert lines[2].startswith("/debug/leaklab/snapshot 409 torch is not imported in this process")
+    assert lines[3] == "/debug/leaklab/stats 200 leaklab.stats/1"
+
+
+def test_tensors_frozen_by_gc_freeze_are_still_found() -> None:
+    # gc.freeze() (pre-fork servers call it) hides objects from gc.get_objects(); the walk
+    # reaches them anyway.
+    done = _python("""
+        import gc, sys, torch
+        from leaklab.census import census
+        HISTORY = [torch.zeros(8) for _ in range(3)]
+        gc.freeze()
+        HISTORY.append(torch.zeros(8))
+        doc = census()
+        held = [h for h in doc["holders"] if h["holder"] == "__main__.HISTORY"]
+        print(doc["frozen"] > 0, held[0]["tensors"], held[0]["bytes"])
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "4", "128"]
+
+
+def test_census_error_is_a_runtime_error() -> None:
+    assert issubclass(CensusError, RuntimeError)
+
+
+def test_the_document_has_exactly_the_fields_its_typeddicts_name(keep: Any) -> None:
+    from leaklab.census import CensusDoc, GraphStats, Holder, Phases, Totals
+
+    w = torch.randn(2, 2, requires_grad=True)
+    keep["loss"] = (w * 2).sum()
+    del w
+    doc = census()
+    assert set(doc) == CensusDoc.__required_keys__
+    assert set(doc["totals"]) == Totals.__required_keys__ and set(doc["phases"]) == Phases.__required_keys__
+    for h in doc["holders"]:
+        assert set(h) == Holder.__required_keys__ and set(h["graph"]) == GraphStats.__required_keys__
+    json.loads(json.dumps(doc))  # plain JSON all the way down
