@@ -1,0 +1,137 @@
+"""What one ``leak_check`` adds to a test, part by part, in a process like a test session's.
+
+    python crates/cli/python/bench/plugin_overhead.py --repeat 5
+
+Imports torch, FastAPI and pytest (the objects a real test session holds), then times, each
+``--repeat`` times (median, min and max printed):
+
+- a check of a function that does nothing (the fixed cost: a first ``gc.collect()``, one census,
+  330 samples, the judge), with torch imported and, in a subprocess, without it;
+- a check of a function that keeps a 2 kB tensor a call (adds the second census);
+- the parts alone: one full census, one tally, one ``gc.collect()`` with and without the
+  collector frozen, one ``leaklab judge`` subprocess on a 300-call request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+NO_TORCH = """
+import sys, time, json
+sys.modules["torch"] = None
+from leaklab.pytest_plugin import check
+out = []
+for _ in range({repeat}):
+    r = check(lambda: None)
+    out.append(r.seconds["total"] - r.seconds["calls"] - r.seconds["warmup"])
+print(json.dumps(out))
+"""
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.0f} µs"
+
+
+def line(what: str, values: list[float]) -> None:
+    print(f"| {what} | {_time(statistics.median(values))} | {_time(min(values))} | {_time(max(values))} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import fastapi.testclient  # noqa: F401
+    import pytest  # noqa: F401
+    import torch
+    from leaklab import _signals, find_leaklab_bin
+    from leaklab.census import census
+    from leaklab.pytest_plugin import check
+
+    torch.set_num_threads(1)
+    x = torch.randn(8, 64)
+    kept: list[Any] = []
+    print(
+        f"{len(gc.get_objects()):,} objects tracked by the collector; torch {torch.__version__}; "
+        f"judge: {find_leaklab_bin()}.\n"
+    )
+    print("| what | median | min | max |")
+    print("|---|---|---|---|")
+
+    parts: dict[str, dict[str, list[float]]] = {}
+
+    def added(fn: Callable[[], object], what: str) -> list[float]:
+        out = []
+        for _ in range(args.repeat):
+            r = check(fn)
+            out.append(r.seconds["total"] - r.seconds["calls"] - r.seconds["warmup"])
+            for k, v in r.seconds.items():
+                parts.setdefault(what, {}).setdefault(k, []).append(v)
+        return out
+
+    line("check of a no-op, torch imported: time added", added(lambda: None, "no-op"))
+    line("check of a 2 kB-a-call leak: time added (two censuses)", added(lambda: kept.append(x * 2), "leak"))
+    kept.clear()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", NO_TORCH.format(repeat=args.repeat)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    line("check of a no-op, no torch (subprocess): time added", json.loads(done.stdout))
+    gc.collect()
+    line("one full census", timed(census, args.repeat))
+    line("one gc.collect(), not frozen", timed(gc.collect, args.repeat))
+    gc.freeze()
+    tallier = _signals.Tallier(torch)
+    gc.unfreeze()
+    tallier.remember()
+    gc.freeze()
+    line("one gc.collect(), frozen", timed(gc.collect, args.repeat * 20))
+    line("one tally, frozen", timed(tallier.tally, args.repeat * 20))
+    line("one RssAnon read", timed(_signals.anonymous_bytes, args.repeat * 20))
+    gc.unfreeze()
+    calls = range(30, 330)
+    request = {
+        "warmup": 30,
+        "calls": 300,
+        "series": [
+            {"name": "tensors (bytes)", "kind": "exact", "samples": [[i, 1000 + 2048 * i] for i in calls]},
+            {"name": "anonymous memory", "kind": "noisy", "samples": [[i, 10**8 + 4096 * (i // 7)] for i in calls]},
+        ],
+    }
+    binary = find_leaklab_bin()
+    body = json.dumps(request).encode()
+    line(
+        "one `leaklab judge` subprocess (300-call request)",
+        timed(lambda: subprocess.run([binary, "judge", "-", "--json"], input=body, capture_output=True), args.repeat),
+    )
+    print("\nWhere a check's time went (median seconds over the repeats):\n")
+    for what, seconds in parts.items():
+        print(f"- {what}: " + ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in seconds.items()))
+
+
+if __name__ == "__main__":
+    main()
