@@ -1,9 +1,10 @@
 //! `cargo xtask test`: everything CI runs. The wheel built first (its test installs it into an
-//! empty venv), the Python packages and Prometheus (server and promtool, for the fleet tests)
-//! installed; unit, integration and doc tests (the benches once each in test mode); the Python
-//! package's own suite (pytest over the installed wheel, ruff, mypy --strict); the alert rules
-//! under promtool, the Kubernetes manifests validated, and the device bundle built and run here
-//! on CPU. Extra arguments go to `cargo test` and skip the steps after it.
+//! empty venv), the Python packages, Prometheus (server and promtool, for the fleet tests) and
+//! chromium (for the report pages) installed; unit, integration and doc tests (the benches once
+//! each in test mode); the Python package's own suite (pytest over the installed wheel, ruff,
+//! mypy --strict); the alert rules under promtool, the Kubernetes manifests validated, and the
+//! device bundle built and run here on CPU. Extra arguments go to `cargo test` and skip the
+//! steps after it.
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
@@ -14,6 +15,10 @@ use std::process::Command;
 pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     torch.ensure_python_packages()?;
     let promtool = crate::apt::ensure("promtool", "prometheus");
+    // The report pages are opened in a real browser by crates/cli/tests/html.rs.
+    if !crate::apt::ensure("chromium", "chromium") {
+        eprintln!("leaklab: SKIPPED the report pages in a browser: chromium is not installed and could not be (apt-get install chromium)");
+    }
     let wheel = crate::wheel::build()?;
     let mut all = torch.cargo();
     all.env("LEAKLAB_WHEEL", &wheel).args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);

@@ -1,15 +1,17 @@
-//! `leaklab`: thin over the library crates, and free of libtorch. Each subcommand is its flags
-//! and one library call; the exit code carries the answer (0 as expected / pass, 1 a problem
+//! `leaklab`: thin over the library crates, and free of libtorch. Each subcommand is its flags,
+//! one library call that returns a report, and `leaklab_report::finish`, which prints it (or
+//! its JSON), writes its files and exits with its answer (0 as expected / pass, 1 a problem
 //! found, 2 could not judge or bad usage).
 //!
 //! - `leaklab run-lab`: every variant run as a `leaklab-service` process, judged, written up.
 //! - `leaklab soak`, `leaklab bench`: sustained load, and the HTTP side of the benchmarks.
-//! - `leaklab snapshot explain|diff`: which lines hold the memory, from PyTorch's snapshot pickles.
+//! - `leaklab snapshot explain|diff|trim`: which lines hold the memory, from PyTorch's snapshot
+//!   pickles; a small copy of a large one that PyTorch's memory_viz opens.
 //! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service;
 //!   `leaklab scan --prometheus URL --query Q`: the same for every pod of a fleet, from Prometheus.
 
-use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use leaklab_report::{finish, Output};
 use leaklab_runner::commands::{self, BenchCommand, LabCommand, SoakCommand};
 use leaklab_vocab::{Scale, Variant};
 use std::path::PathBuf;
@@ -65,6 +67,9 @@ enum SnapshotCommand {
         since: Option<leaklab_snapshot::Since>,
         #[command(flatten)]
         view: SnapshotView,
+        /// Also write the report into this folder: report.html (open it in a browser), report.md, report.json.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Blocks live in AFTER and not in BEFORE, grouped by allocating stack.
     Diff {
@@ -75,6 +80,30 @@ enum SnapshotCommand {
         requests: Option<(u64, u64)>,
         #[command(flatten)]
         view: SnapshotView,
+        /// Also write the report into this folder: report.html (open it in a browser), report.md, report.json.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// A small copy of a large snapshot that PyTorch's memory_viz opens: every segment, the
+    /// blocks of the top holders (the others merged, totals kept), the trace from --since on.
+    Trim {
+        /// The snapshot pickle to trim.
+        file: PathBuf,
+        /// Keep the trace from this point: an event index (1200) or seconds after the first event (12.5s); no trace without it.
+        #[arg(long)]
+        since: Option<leaklab_snapshot::Since>,
+        /// Holders whose blocks are kept, largest first.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// The small pickle to write (through a temporary file, renamed when complete).
+        #[arg(short = 'o', long = "output", value_name = "SMALL.pickle")]
+        output: PathBuf,
+        /// Group holders with torch internals and the standard library in their stacks.
+        #[arg(long)]
+        all_frames: bool,
+        /// Print JSON (stable field names) instead of the summary.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -92,6 +121,17 @@ struct SnapshotView {
     /// Print JSON (stable field names) instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+impl SnapshotView {
+    fn view(&self) -> leaklab_snapshot::View {
+        leaklab_snapshot::View { all_frames: self.all_frames }
+    }
+
+    /// Printed, and written into `out` when given.
+    fn output(&self, out: Option<PathBuf>) -> Output {
+        Output { json: self.json, markdown: out.map(|dir| dir.join("report.md")) }
+    }
 }
 
 #[derive(Args)]
@@ -165,7 +205,7 @@ struct ScanArgs {
     /// Fail when memory runs out sooner than this at --rate, e.g. 7d.
     #[arg(long, default_value = "7d", value_parser = humantime::parse_duration, help_heading = "Budget")]
     fail_if_oom_within: std::time::Duration,
-    /// Report folder (report.md, report.json, plots).
+    /// Report folder (report.html, report.md, report.json, plots).
     #[arg(long, default_value = "target/leaklab/scan", help_heading = "Report")]
     out: PathBuf,
     /// Print the report as JSON and nothing else.
@@ -253,98 +293,69 @@ fn parse_time(s: &str) -> Result<f64, String> {
     Ok(t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs_f64())
 }
 
-fn fleet(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
-    let f = a.fleet;
-    let Some(query) = f.query else { anyhow::bail!("--prometheus needs the memory series to judge: --query DCGM_FI_DEV_FB_USED, for example") };
-    let unit_bytes = match f.unit {
-        Unit::Bytes => 1.0,
-        Unit::Mib => 1024.0 * 1024.0,
-    };
-    let capacity = match (f.capacity_query, a.capacity) {
-        (Some(q), _) => leaklab_fleet::Capacity::Query(q),
-        (None, Some(c)) => leaklab_fleet::Capacity::Bytes(c.as_u64()),
-        (None, None) => leaklab_fleet::Capacity::None,
-    };
-    let options = leaklab_fleet::FleetOptions {
-        prometheus: f.prometheus.unwrap_or_default(),
-        query,
-        by: f.by.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect(),
-        range: leaklab_fleet::range(f.end, f.range, f.step)?,
-        unit_bytes,
-        capacity,
-        rate_query: f.rate_query,
-        warmup_s: f.life_warmup.as_secs_f64(),
-        fail_within_s: a.fail_if_oom_within.as_secs_f64(),
-        http: a.http.options(a.timeout.max(std::time::Duration::from_secs(60))),
-    };
-    let report = leaklab_runner::commands::runtime()?.block_on(leaklab_fleet::scan_fleet(&options))?;
-    let written = report.write(&a.out);
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.table(f.top));
-        println!("\nreport: {}/report.md", a.out.display());
+impl From<Unit> for leaklab_fleet::Unit {
+    fn from(unit: Unit) -> leaklab_fleet::Unit {
+        match unit {
+            Unit::Bytes => leaklab_fleet::Unit::Bytes,
+            Unit::Mib => leaklab_fleet::Unit::Mib,
+        }
     }
-    written.map_err(|e| e.context(format!("cannot write the report to {}", a.out.display())))?;
-    Ok(report.outcome)
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
     leaklab_client::parse_header(s).map_err(|e| e.to_string())
 }
 
-fn scan(a: ScanArgs) -> Result<leaklab_scan::Outcome> {
-    use leaklab_scan::signals::Signal;
-    if a.fleet.prometheus.is_some() {
-        return fleet(a);
+/// `leaklab scan`: a URL to drive, or with --prometheus a fleet to read.
+fn scan(a: ScanArgs) -> ExitCode {
+    let output = Output::folder(&a.out, a.json);
+    let f = a.fleet;
+    if let Some(prometheus) = f.prometheus {
+        let fleet = leaklab_fleet::FleetCommand {
+            prometheus,
+            query: f.query,
+            by: f.by,
+            range: f.range,
+            step: f.step,
+            end: f.end,
+            unit: f.unit.into(),
+            capacity_query: f.capacity_query,
+            capacity: a.capacity.map(|c| c.as_u64()),
+            rate_query: f.rate_query,
+            life_warmup: f.life_warmup,
+            fail_if_oom_within: a.fail_if_oom_within,
+            // Prometheus's range queries over a fleet take longer than a request to a service.
+            http: a.http.options(a.timeout.max(std::time::Duration::from_secs(60))),
+            top: f.top,
+        };
+        return finish("scan", leaklab_fleet::run(fleet), &output);
     }
-    let mut signals = Vec::new();
-    if let Some(pid) = a.pid {
-        signals.push(Signal::Process { pid });
-        if a.gpu {
-            signals.push(Signal::gpu(pid)?);
-        }
-    } else if a.gpu {
-        anyhow::bail!("--gpu watches a process: give its --pid too");
-    }
-    if let Some(dir) = &a.cgroup {
-        signals.push(Signal::cgroup(dir)?);
-    }
-    match (&a.metrics, a.series.is_empty()) {
-        (Some(url), false) => signals.push(Signal::Metrics { url: url.clone(), series: a.series.clone(), client: a.http.options(a.timeout).build()? }),
-        (Some(_), true) => anyhow::bail!("--metrics needs the series to read: --series process_resident_memory_bytes (repeat for more)"),
-        (None, false) => anyhow::bail!("--series reads from a metrics endpoint: give --metrics URL too"),
-        (None, true) => {}
-    }
-    let options = leaklab_scan::ScanOptions {
-        target: std::sync::Arc::new(leaklab_scan::Target { url: a.url.unwrap_or_default(), method: a.method, bodies: leaklab_scan::load::read_bodies(&a.bodies)?, vary: a.vary }),
-        warmup: a.warmup,
+    let scan = leaklab_scan::ScanCommand {
+        url: a.url.unwrap_or_default(),
+        bodies: a.bodies,
+        method: a.method,
+        vary: a.vary,
         requests: a.requests,
-        max_requests: a.max_requests.max(a.warmup + a.requests),
+        warmup: a.warmup,
         until_confident: a.until_confident,
+        max_requests: a.max_requests,
         concurrency: a.concurrency,
-        http: a.http.options(a.timeout),
         time_limit: a.time_limit,
         max_error_ratio: a.max_error_ratio,
-        signals,
+        http: a.http.options(a.timeout),
+        pid: a.pid,
+        cgroup: a.cgroup,
+        gpu: a.gpu,
+        metrics: a.metrics,
+        series: a.series,
+        snapshot: a.snapshot,
+        agent: a.agent,
         capacity: a.capacity.map(|c| c.as_u64()),
-        budget: leaklab_scan::verdict::Budget { steps_per_second: a.rate, seconds: a.fail_if_oom_within.as_secs_f64() },
+        rate: a.rate,
+        fail_if_oom_within: a.fail_if_oom_within,
         quiet: a.json,
-        snapshot_url: a.snapshot,
-        agent_url: a.agent,
     };
-    let report = leaklab_runner::commands::runtime()?.block_on(leaklab_scan::scan(&options))?;
-    // The partial report is kept even when the scan stopped early; a write failure is said after it.
-    let written = report.write(&a.out);
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.table());
-        println!("
-report: {}/report.md", a.out.display());
-    }
-    written.map_err(|e| e.context(format!("cannot write the report to {}", a.out.display())))?;
-    Ok(report.outcome)
+    finish("scan", leaklab_scan::run(scan), &output)
 }
 
 fn parse_pair(s: &str) -> Result<(u64, u64), String> {
@@ -353,28 +364,21 @@ fn parse_pair(s: &str) -> Result<(u64, u64), String> {
     Ok((parse(a)?, parse(b)?))
 }
 
-fn snapshot(cmd: SnapshotCommand) -> Result<bool> {
+fn snapshot(cmd: SnapshotCommand) -> ExitCode {
     match cmd {
-        SnapshotCommand::Explain { file, since, view } => {
-            let snap = leaklab_snapshot::load(&file)?;
-            let e = leaklab_snapshot::explain(&snap, leaklab_snapshot::View { all_frames: view.all_frames }, since);
-            if view.json {
-                println!("{}", serde_json::to_string_pretty(&e)?);
-            } else {
-                print!("{}", leaklab_snapshot::render::explanation_text(&e, view.top, view.stacks));
-            }
+        SnapshotCommand::Explain { file, since, view, out } => {
+            let report = leaklab_snapshot::report::explain_file(&file, since, view.view(), view.top, view.stacks);
+            finish("snapshot explain", report.map_err(Into::into), &view.output(out))
         }
-        SnapshotCommand::Diff { before, after, requests, view } => {
-            let (b, a) = (leaklab_snapshot::load(&before)?, leaklab_snapshot::load(&after)?);
-            let d = leaklab_snapshot::diff(&b, &a, leaklab_snapshot::View { all_frames: view.all_frames }, requests);
-            if view.json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
-            } else {
-                print!("{}", leaklab_snapshot::render::difference_text(&d, view.top, view.stacks));
-            }
+        SnapshotCommand::Diff { before, after, requests, view, out } => {
+            let report = leaklab_snapshot::report::diff_files(&before, &after, requests, view.view(), view.top, view.stacks);
+            finish("snapshot diff", report.map_err(Into::into), &view.output(out))
+        }
+        SnapshotCommand::Trim { file, since, top, output, all_frames, json } => {
+            let options = leaklab_snapshot::trim::TrimOptions { since, top, view: leaklab_snapshot::View { all_frames } };
+            finish("snapshot trim", leaklab_snapshot::trim::trim(&file, &output, &options).map_err(Into::into), &Output::stdout(json))
         }
     }
-    Ok(true)
 }
 
 #[derive(Args)]
@@ -385,24 +389,6 @@ struct JudgeArgs {
     /// the message) instead of the message.
     #[arg(long)]
     json: bool,
-}
-
-fn judge(a: JudgeArgs) -> Result<leaklab_scan::judge::Outcome> {
-    use std::io::Read;
-    let mut text = Vec::new();
-    if a.input.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut text)?;
-    } else {
-        text = std::fs::read(&a.input).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", a.input.display()))?;
-    }
-    let request: leaklab_scan::judge::JudgeRequest = serde_json::from_slice(&text).map_err(|e| anyhow::anyhow!("not a judge request: {e}"))?;
-    let answer = leaklab_scan::judge::judge_request(&request);
-    if a.json {
-        println!("{}", serde_json::to_string(&answer)?);
-    } else {
-        println!("{}", answer.message);
-    }
-    Ok(answer.outcome)
 }
 
 /// Where the lab's service binary is (default: beside this one, or $LEAKLAB_SERVICE).
@@ -430,7 +416,7 @@ struct RunLabArgs {
     scale: Scale,
     /// cpu, cuda, or auto (CUDA when a device is visible).
     #[arg(long, default_value = "auto")]
-    device: String,
+    device: leaklab_vocab::DeviceRequest,
     /// Report folder.
     #[arg(long, default_value = "target/leaklab")]
     out: PathBuf,
@@ -494,71 +480,43 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
-        Command::RunLab(a) => commands::run_lab(LabCommand {
-            service: a.service.path,
-            variants: a.variants,
-            requests: a.requests,
-            warmup: a.warmup,
-            concurrency: a.concurrency,
-            scale: a.scale,
-            device: a.device,
-            out: a.out,
-            json: a.json,
-            memory_history: a.memory_history,
-        }),
-        Command::Soak(a) => commands::soak(SoakCommand {
-            service: a.service.path,
-            short: a.short,
-            requests: a.requests,
-            concurrency: a.concurrency,
-            variants: a.variants,
-            out: a.out,
-            json: a.json,
-        }),
-        Command::Bench(a) => commands::bench(BenchCommand {
-            service: a.service.path,
-            requests: a.requests,
-            leak_requests: a.leak_requests,
-            concurrency: a.concurrency,
-            threads: a.threads,
-            python: a.python,
-            script: a.script,
-            criterion_dir: a.criterion_dir,
-            out: a.out,
-        })
-        .map(|()| true),
+    match Cli::parse().command {
+        Command::Scan(a) => scan(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
-        Command::Judge(a) => {
-            return match judge(a) {
-                Ok(outcome) => ExitCode::from(outcome.exit_code()),
-                Err(e) => {
-                    eprintln!("leaklab judge: {e:#}");
-                    ExitCode::from(2)
-                }
-            }
+        Command::Judge(a) => finish("judge", leaklab_scan::judge::judge_file(&a.input), &Output::stdout(a.json)),
+        Command::RunLab(a) => {
+            let output = Output::folder(&a.out, a.json);
+            let lab = LabCommand {
+                service: a.service.path,
+                variants: a.variants,
+                requests: a.requests,
+                warmup: a.warmup,
+                concurrency: a.concurrency,
+                scale: a.scale,
+                device: a.device,
+                quiet: a.json,
+                memory_history: a.memory_history,
+            };
+            finish("run-lab", commands::run_lab(lab), &output)
         }
-        Command::Scan(a) => {
-            return match scan(*a) {
-                Ok(outcome) => ExitCode::from(outcome.exit_code()),
-                Err(e) => {
-                    eprintln!("leaklab scan: {e:#}");
-                    ExitCode::from(2)
-                }
-            }
+        Command::Soak(a) => {
+            let output = Output { json: a.json, markdown: Some(a.out.join("soak.md")) };
+            let soak = SoakCommand { service: a.service.path, short: a.short, requests: a.requests, concurrency: a.concurrency, variants: a.variants, quiet: a.json };
+            finish("soak", commands::soak(soak), &output)
         }
-    };
-    exit(outcome)
-}
-
-/// 0: as expected; 1: a problem found (an unexpected verdict, a leak); 2: could not judge.
-fn exit(outcome: Result<bool>) -> ExitCode {
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("leaklab: {e:#}");
-            ExitCode::from(2)
+        Command::Bench(a) => {
+            let output = Output { json: false, markdown: Some(a.out) };
+            let bench = BenchCommand {
+                service: a.service.path,
+                requests: a.requests,
+                leak_requests: a.leak_requests,
+                concurrency: a.concurrency,
+                threads: a.threads,
+                python: a.python,
+                script: a.script,
+                criterion_dir: a.criterion_dir,
+            };
+            finish("bench", commands::bench(bench), &output)
         }
     }
 }

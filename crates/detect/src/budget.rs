@@ -84,24 +84,14 @@ pub fn ops_at(j: &NoisyJudgement, level: f64, capacity: Option<u64>, budget: Bud
     (ops, estimate)
 }
 
-/// How a scan ended: what its exit code says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Nothing runs out within the budget.
-    Pass,
-    /// Some series runs out within the budget.
-    Fail,
-    /// Too little to judge (a dead target, too few samples, no signal).
-    CannotJudge,
-}
-
-impl Outcome {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Pass => 0,
-            Outcome::Fail => 1,
-            Outcome::CannotJudge => 2,
+/// The result column's colour.
+impl From<Ops> for leaklab_report::Tone {
+    fn from(ops: Ops) -> leaklab_report::Tone {
+        match ops {
+            Ops::Fail | Ops::LikelyFail => leaklab_report::Tone::Bad,
+            Ops::LikelyPass => leaklab_report::Tone::Warn,
+            Ops::Pass => leaklab_report::Tone::Good,
+            Ops::NoCapacity => leaklab_report::Tone::Plain,
         }
     }
 }

@@ -19,7 +19,8 @@
 use crate::projection::{Projection, Scenario};
 use crate::stages::{attribute, StageFinding};
 use crate::verdict::{judge, DetectorConfig, Judgement, Verdict};
-use crate::{human_bytes, Sample};
+use crate::Sample;
+use leaklab_report::human_bytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

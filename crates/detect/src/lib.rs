@@ -34,29 +34,3 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// One probe reading: the request (or iteration) index and the bytes the probe saw.
 pub type Sample = (u64, i64);
-
-/// Bytes in decimal units (kB, MB, GB), as the reference scenario is stated.
-pub fn human_bytes(bytes: f64) -> String {
-    let abs = bytes.abs();
-    let (value, unit) = match abs {
-        a if a >= 1e9 => (bytes / 1e9, "GB"),
-        a if a >= 1e6 => (bytes / 1e6, "MB"),
-        a if a >= 1e3 => (bytes / 1e3, "kB"),
-        _ => (bytes, "B"),
-    };
-    if unit == "B" {
-        format!("{value:.0} B")
-    } else {
-        format!("{value:.2} {unit}")
-    }
-}
-
-/// A duration as an operator reads it: days past two days, hours past two hours, then minutes.
-pub fn human_duration(seconds: f64) -> String {
-    match seconds {
-        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
-        s if s >= 7200.0 => format!("{:.1} h", s / 3600.0),
-        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
-        s => format!("{s:.0} s"),
-    }
-}

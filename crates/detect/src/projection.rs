@@ -1,9 +1,9 @@
 //! Time to exhaustion: from a slope to "OOM after N requests, H hours".
 //!
 //! The reference scenario: a container starts at 12 GB of VRAM on an 80 GB card and leaks
-//! 50 MB per request. Headroom is 68 GB, so the card is full after 68 GB / 50 MB = 1,360
-//! requests (decimal units; in GiB and MiB, 68 GiB / 50 MiB = 1,392 requests). At one request
-//! every 32 s that is 43,520 s, about 12 hours: the OOM of the story.
+//! 50 MB per request (decimal units, as the story gives them, everywhere it is told). Headroom
+//! is 68 GB, so the card is full after 68 GB / 50 MB = 1,360 requests. At one request every 32 s
+//! that is 43,520 s, 12.1 hours: the OOM of the story.
 
 use serde::{Deserialize, Serialize};
 

@@ -29,7 +29,7 @@ impl Slope {
 
     /// `81.92 kB (bound 81.92 kB .. 81.92 kB)`, in decimal units.
     pub fn with_bounds(&self) -> String {
-        use crate::human_bytes;
+        use leaklab_report::human_bytes;
         format!("{} (bound {} .. {})", human_bytes(self.bytes_per_request), human_bytes(self.low), human_bytes(self.high))
     }
 }

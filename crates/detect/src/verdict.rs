@@ -32,6 +32,17 @@ impl std::fmt::Display for Verdict {
     }
 }
 
+/// A report's colour for the verdict: a leak is bad, a plateau a warning, flat good.
+impl From<Verdict> for leaklab_report::Tone {
+    fn from(verdict: Verdict) -> leaklab_report::Tone {
+        match verdict {
+            Verdict::Flat => leaklab_report::Tone::Good,
+            Verdict::Plateau => leaklab_report::Tone::Warn,
+            Verdict::Leak => leaklab_report::Tone::Bad,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DetectorConfig {
     /// Samples to skip at the start (allocator pools, lazy initialisation, first-touch pages).

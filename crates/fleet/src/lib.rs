@@ -9,6 +9,7 @@
 //!
 //! No libtorch, and nothing of the scanned services: it reads numbers from Prometheus.
 
+pub mod command;
 pub mod history;
 pub mod prometheus;
 pub mod report;
@@ -16,12 +17,15 @@ pub mod synthetic;
 
 use anyhow::{bail, Result};
 use history::{HistoryConfig, Judged, Reset};
-use leaklab_detect::budget::{ops_at, Budget, Ops, Outcome};
+use leaklab_detect::budget::{ops_at, Budget, Ops};
+pub use leaklab_report::Outcome;
 use leaklab_detect::Verdict;
 use prometheus::{Client, Range, Series};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+pub use command::{run, FleetCommand, Unit};
 
 /// Where each series' capacity comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +122,15 @@ pub struct FleetReport {
     pub query_seconds: f64,
     pub judge_seconds: f64,
     pub notes: Vec<String>,
+    /// Groups the terminal's table shows (`--top`); the files and `--json` have them all.
+    #[serde(skip, default = "FleetReport::default_top")]
+    pub top: usize,
+}
+
+impl FleetReport {
+    fn default_top() -> usize {
+        20
+    }
 }
 
 /// `sum by (labels) (query)`, or the query itself with no labels.
@@ -281,7 +294,7 @@ pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
     } else {
         Outcome::CannotJudge
     };
-    Ok(FleetReport { prometheus: options.prometheus.clone(), query, start: options.range.start, end: options.range.end, step: options.range.step, outcome, budget, pods, query_seconds, judge_seconds, notes })
+    Ok(FleetReport { prometheus: options.prometheus.clone(), query, start: options.range.start, end: options.range.end, step: options.range.step, outcome, budget, pods, query_seconds, judge_seconds, notes, top: FleetReport::default_top() })
 }
 
 /// The range ending at `end` (unix seconds; now when `None`), `range` long, at `step` (default:

@@ -1,14 +1,11 @@
 //! The fleet's answer: a table of the most urgent groups with their evidence, a summary line
-//! per verdict, report.md and report.json.
+//! per verdict, report.md, report.json and report.html.
 
 use crate::history::Basis;
-use crate::{FleetReport, PodResult};
-use anyhow::Result;
-use leaklab_detect::budget::{Ops, Outcome};
-use leaklab_detect::{human_bytes, human_duration};
-use leaklab_runner::files::write_atomic;
-use leaklab_runner::report::{aligned_table, markdown_table};
-use std::path::Path;
+use crate::{FleetReport, Outcome, PodResult};
+use leaklab_detect::budget::Ops;
+use leaklab_report::page::{Page, Section, Summary};
+use leaklab_report::{human_bytes, human_duration, Cell, Report, Table, Tone};
 
 const HEADER: [&str; 8] = ["group", "verdict", "growth/hour", "per request", "now", "judged on", "time to OOM", "result"];
 
@@ -17,7 +14,7 @@ fn clock(unix: f64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn row(p: &PodResult) -> [String; 8] {
+fn row(p: &PodResult) -> Vec<Cell> {
     let kills = match p.oom_kills() {
         0 => String::new(),
         1 => ", 1 OOM kill".into(),
@@ -25,7 +22,8 @@ fn row(p: &PodResult) -> [String; 8] {
     };
     let Some(j) = &p.judged else {
         let why = if p.gone { format!("gone since {}", clock(p.last_seen)) } else { p.why_not_judged.clone().unwrap_or_default() };
-        return [p.name.clone(), "-".into(), "-".into(), "-".into(), "-".into(), why, "-".into(), "cannot judge".into()];
+        let result = if p.gone { Cell::new("cannot judge") } else { Cell::new("cannot judge").tone(Tone::Warn) };
+        return vec![Cell::code(&p.name), "-".into(), "-".into(), "-".into(), "-".into(), why.into(), "-".into(), result];
     };
     let basis = match j.basis {
         Basis::CurrentLife { since } if p.resets.is_empty() => format!("whole range from {}", clock(since)),
@@ -40,24 +38,27 @@ fn row(p: &PodResult) -> [String; 8] {
         (_, Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
         (_, Some(c), Some(t)) => format!("{} (of {})", human_duration(t), human_bytes(c as f64)),
     };
-    let result = p.ops.map_or("-", Ops::label);
-    [
-        p.name.clone(),
-        j.judgement.verdict.to_string(),
-        format!("{} ± {}", human_bytes(per_hour), human_bytes(j.judgement.slope.half_width() * 3600.0)),
-        p.bytes_per_request.map_or("-".into(), human_bytes),
-        human_bytes(j.level_now),
-        basis,
-        oom,
-        result.into(),
+    let result = p.ops.map_or(Cell::new("-"), |o| Cell::new(o.label()).tone(o));
+    vec![
+        Cell::code(&p.name),
+        Cell::new(j.judgement.verdict.to_string()).tone(j.judgement.verdict),
+        format!("{} ± {}", human_bytes(per_hour), human_bytes(j.judgement.slope.half_width() * 3600.0)).into(),
+        p.bytes_per_request.map_or("-".into(), human_bytes).into(),
+        human_bytes(j.level_now).into(),
+        basis.into(),
+        oom.into(),
+        result,
     ]
+}
+
+fn groups<'a>(pods: impl IntoIterator<Item = &'a PodResult>) -> Table {
+    Table::new(HEADER).numeric(&[2, 3, 4, 6]).rows(pods.into_iter().map(row))
 }
 
 impl FleetReport {
     /// The `top` most urgent groups and the summary.
     pub fn table(&self, top: usize) -> String {
-        let rows: Vec<[String; 8]> = self.pods.iter().take(top).map(row).collect();
-        let mut out = vec![aligned_table(&HEADER, &rows)];
+        let mut out = vec![groups(self.pods.iter().take(top)).text()];
         if self.pods.len() > top {
             out.push(format!("... and {} more (--top N, or --json for all)", self.pods.len() - top));
         }
@@ -96,14 +97,62 @@ impl FleetReport {
 
     pub fn markdown(&self) -> String {
         let mut md = format!("# leaklab fleet scan of {}\n\n**{}**\n\n", self.prometheus, self.summary().replace('\n', "\n\n"));
-        md.push_str(&markdown_table(&HEADER, &self.pods.iter().map(row).collect::<Vec<_>>()));
+        md.push_str(&groups(&self.pods).markdown());
         md
     }
+}
 
-    /// report.md and report.json, atomically.
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(self)?)?;
-        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())?;
-        Ok(())
+impl Report for FleetReport {
+    fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    fn text(&self) -> String {
+        self.table(self.top)
+    }
+
+    fn markdown(&self) -> String {
+        FleetReport::markdown(self)
+    }
+
+    fn page(&self) -> Option<Page> {
+        let count = |f: &dyn Fn(&PodResult) -> bool| self.pods.iter().filter(|p| f(p)).count();
+        let verdict = |v: leaklab_detect::Verdict| move |p: &PodResult| !p.gone && p.verdict() == Some(v);
+        let failing = count(&|p| p.ops.is_some_and(Ops::fails));
+        let headline = match self.outcome {
+            Outcome::Fail => format!("{failing} of {} groups run out of memory within {}.", self.pods.len(), human_duration(self.budget.seconds)),
+            Outcome::Pass => format!("No group runs out of memory within {}.", human_duration(self.budget.seconds)),
+            Outcome::CannotJudge => "No series had enough samples to judge.".into(),
+        };
+        let mut figures = vec![
+            ("groups".to_string(), self.pods.len().to_string()),
+            ("leak".into(), count(&verdict(leaklab_detect::Verdict::Leak)).to_string()),
+            ("plateau".into(), count(&verdict(leaklab_detect::Verdict::Plateau)).to_string()),
+            ("flat".into(), count(&verdict(leaklab_detect::Verdict::Flat)).to_string()),
+            ("not judged".into(), count(&|p: &PodResult| !p.gone && p.judged.is_none()).to_string()),
+            ("gone (not alarmed)".into(), count(&|p: &PodResult| p.gone).to_string()),
+        ];
+        if let Some(first) = self.pods.first().filter(|p| p.ops.is_some_and(Ops::fails)) {
+            let when = first.seconds_to_oom.map_or("now".into(), human_duration);
+            figures.insert(0, ("most urgent".into(), format!("{}: OOM in {when}", first.name)));
+        }
+        let summary = Summary { tone: self.outcome.into(), answer: self.outcome.answer().into(), headline, figures, text: Vec::new() };
+        let range = format!("{} to {} ({}) at {} s steps", clock(self.start), clock(self.end), human_duration(self.end - self.start), self.step);
+        Some(
+            Page::new("leaklab scan --prometheus", &self.prometheus, summary)
+                .section(
+                    Section::new("Groups, most urgent first")
+                        .table(groups(&self.pods).caption("Growth per hour with its bound (Theil–Sen on the stretch named under \"judged on\"); time to OOM from the level now to the group's capacity at that growth."))
+                        .notes(&self.notes),
+                )
+                .section(Section::new("How this was measured").facts(vec![
+                    ("server".into(), self.prometheus.clone()),
+                    ("query".into(), self.query.clone()),
+                    ("range".into(), range),
+                    ("budget".into(), format!("fail when a group runs out within {}", human_duration(self.budget.seconds))),
+                    ("method".into(), "each series split into lives at its resets (restarts, OOM kills told by the capacity); the current life judged after its warm-up, or the life before a restart, or a sawtooth on its troughs; each with the noisy-signal detector of `leaklab scan`".into()),
+                    ("time".into(), format!("queried in {:.2} s, judged in {:.2} s", self.query_seconds, self.judge_seconds)),
+                ])),
+        )
     }
 }

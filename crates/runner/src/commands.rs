@@ -1,14 +1,17 @@
 //! One library call per `leaklab` subcommand of the lab (run-lab, soak, bench): the binary
-//! parses flags into these plain structs and hands them over, nothing more.
+//! parses flags into these plain structs and hands them over, and `leaklab_report::finish`
+//! prints, writes and exits with what comes back.
 //!
 //! The service is another program (`leaklab-service`, which links libtorch); it is found next
 //! to the running `leaklab`, or named with `--service` / `LEAKLAB_SERVICE`.
 
-use crate::bench::{bench as run_bench, BenchOptions};
+use crate::bench::{bench as run_bench, BenchOptions, BenchReport};
 use crate::driver::{PythonTwin, RunOptions};
-use crate::soak;
+use crate::report::LabRun;
+use crate::soak::{self, SoakReport};
 use anyhow::{bail, Context, Result};
-use leaklab_vocab::{Device, Scale, Variant};
+use leaklab_report::{Outcome, Report};
+use leaklab_vocab::{Device, DeviceRequest, Scale, Variant};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,8 +37,8 @@ pub fn locate_service(explicit: Option<PathBuf>) -> Result<PathBuf> {
 
 /// What `request` (cpu, cuda or auto) means on this machine, as the service binary (the one
 /// that links libtorch) sees it. CUDA asked for and absent is its clear error, passed on.
-pub fn resolve_device(service: &Path, request: &str) -> Result<Device> {
-    let out = Command::new(service).args(["device", "--device", request]).output().with_context(|| format!("cannot run {}", service.display()))?;
+pub fn resolve_device(service: &Path, request: DeviceRequest) -> Result<Device> {
+    let out = Command::new(service).args(["device", "--device", request.name()]).output().with_context(|| format!("cannot run {}", service.display()))?;
     if !out.status.success() {
         bail!("{}", String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("Error: "));
     }
@@ -54,17 +57,16 @@ pub struct LabCommand {
     pub concurrency: usize,
     pub scale: Scale,
     /// cpu, cuda or auto.
-    pub device: String,
-    pub out: PathBuf,
-    pub json: bool,
+    pub device: DeviceRequest,
+    /// Draw nothing on stderr (for `--json`).
+    pub quiet: bool,
     pub memory_history: usize,
 }
 
-/// Runs the lab, writes the report, prints the table (or the JSON); returns whether every
-/// verdict was as expected.
-pub fn run_lab(cmd: LabCommand) -> Result<bool> {
+/// Runs the lab: every variant judged, with what each brought back for the charts and pickles.
+pub fn run_lab(cmd: LabCommand) -> Result<LabRun> {
     let service = locate_service(cmd.service)?;
-    let device = resolve_device(&service, &cmd.device)?;
+    let device = resolve_device(&service, cmd.device)?;
     let seed = cmd.scale == Scale::Seed;
     let options = RunOptions {
         service,
@@ -79,18 +81,10 @@ pub fn run_lab(cmd: LabCommand) -> Result<bool> {
         threads: None,
     };
     let variants = if cmd.variants.is_empty() { Variant::ALL.to_vec() } else { cmd.variants };
-    if !cmd.json {
+    if !cmd.quiet {
         eprintln!("leaklab: {} variants, {} warm-up + {} requests each, scale {}, device {device}", variants.len(), options.warmup, options.requests, options.scale.name());
     }
-    let (runs, report) = runtime()?.block_on(crate::run_lab(&options, &variants, cmd.json));
-    report.write(&cmd.out, &runs).with_context(|| format!("cannot write the report to {}", cmd.out.display()))?;
-    if cmd.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.table());
-        println!("\nreport: {}/report.md ({:.1} s)", cmd.out.display(), report.seconds);
-    }
-    Ok(report.passed)
+    Ok(runtime()?.block_on(crate::run_lab(&options, &variants, cmd.quiet)))
 }
 
 /// `leaklab soak`.
@@ -102,12 +96,12 @@ pub struct SoakCommand {
     pub concurrency: Option<usize>,
     /// The fixed variants and baseline when empty.
     pub variants: Vec<Variant>,
-    pub out: PathBuf,
-    pub json: bool,
+    /// Draw nothing on stderr (for `--json`).
+    pub quiet: bool,
 }
 
-/// Runs the soak and writes soak.md/json; returns whether every variant held.
-pub fn soak(cmd: SoakCommand) -> Result<bool> {
+/// Runs the soak: every variant's allocator slope, errors and latency drift.
+pub fn soak(cmd: SoakCommand) -> Result<SoakReport> {
     let requests = cmd.requests.unwrap_or(if cmd.short { 600 } else { 100_000 });
     let options = RunOptions {
         service: locate_service(cmd.service)?,
@@ -123,18 +117,10 @@ pub fn soak(cmd: SoakCommand) -> Result<bool> {
         threads: None,
     };
     let variants = if cmd.variants.is_empty() { soak::VARIANTS.to_vec() } else { cmd.variants };
-    if !cmd.json {
+    if !cmd.quiet {
         eprintln!("leaklab soak: {} variants, {} warm-up + {} requests each at concurrency {}", variants.len(), options.warmup, options.requests, options.concurrency);
     }
-    let results = runtime()?.block_on(soak::soak(&options, &variants, cmd.json));
-    soak::write(&cmd.out, &results)?;
-    if cmd.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    } else {
-        println!("{}", soak::table(&results));
-        println!("written to {}/soak.md", cmd.out.display());
-    }
-    Ok(results.iter().all(|r| r.passed))
+    Ok(runtime()?.block_on(soak::soak(&options, &variants, cmd.quiet)))
 }
 
 /// `leaklab bench`.
@@ -148,11 +134,10 @@ pub struct BenchCommand {
     pub python: Option<PathBuf>,
     pub script: PathBuf,
     pub criterion_dir: PathBuf,
-    pub out: PathBuf,
 }
 
-/// The HTTP side of the benchmarks; writes docs/benchmarks.md (or `out`).
-pub fn bench(cmd: BenchCommand) -> Result<()> {
+/// The HTTP side of the benchmarks beside criterion's figures (docs/benchmarks.md).
+pub fn bench(cmd: BenchCommand) -> Result<BenchReport> {
     let service = locate_service(cmd.service)?;
     let weights_dir = tempfile::tempdir()?;
     let weights = weights_dir.path().join("default.safetensors");
@@ -176,16 +161,35 @@ pub fn bench(cmd: BenchCommand) -> Result<()> {
     };
     let options = BenchOptions { rust, twin: PythonTwin { python, script: cmd.script, weights, threads }, criterion_dir: cmd.criterion_dir, leak_requests: cmd.leak_requests };
     eprintln!("leaklab bench: Rust and Python services, {} requests each at concurrency {}, {threads} torch threads", cmd.requests, cmd.concurrency);
-    let report = runtime()?.block_on(run_bench(&options));
-    let command = "cargo xtask bench";
-    report.write(&cmd.out, command)?;
-    print!("{}", report.markdown(command));
-    if !report.failures.is_empty() {
-        bail!("{} runs failed: {}", report.failures.len(), report.failures.join("; "));
-    }
-    Ok(())
+    Ok(runtime()?.block_on(run_bench(&options)))
 }
 
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
+/// The command docs/benchmarks.md says it was produced by.
+const BENCH_COMMAND: &str = "cargo xtask bench";
+
+impl Report for BenchReport {
+    /// Runs that failed leave figures missing: nothing to compare.
+    fn outcome(&self) -> Outcome {
+        if self.failures.is_empty() {
+            Outcome::Pass
+        } else {
+            Outcome::CannotJudge
+        }
+    }
+
+    fn text(&self) -> String {
+        self.markdown(BENCH_COMMAND)
+    }
+
+    fn markdown(&self) -> String {
+        self.markdown(BENCH_COMMAND)
+    }
+
+    fn problem(&self) -> Option<String> {
+        (!self.failures.is_empty()).then(|| format!("{} runs failed: {}", self.failures.len(), self.failures.join("; ")))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }

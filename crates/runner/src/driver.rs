@@ -5,7 +5,7 @@
 //! (exit status and the tail of its stderr) and the remaining variants go on.
 
 use anyhow::{anyhow, bail, Context, Result};
-use indicatif::ProgressBar;
+use leaklab_report::progress::ProgressBar;
 use leaklab_vocab::{synthetic_request, Device, RequestSample, Scale, Variant};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek};

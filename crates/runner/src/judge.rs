@@ -166,3 +166,88 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leaklab_vocab::{MemorySample, Scale, StageBytes};
+
+    const WARMUP: usize = 20;
+
+    fn options(device: Device) -> RunOptions {
+        RunOptions { service: "leaklab-service".into(), scale: Scale::Default, device, warmup: WARMUP, requests: 100, concurrency: 1, memory_history_entries: 0, start_timeout: std::time::Duration::from_secs(1), twin: None, threads: None }
+    }
+
+    /// A run whose allocator holds `live(request)` bytes, all born in the forward stage, with
+    /// RSS a steady 300 MB.
+    fn run(variant: Variant, requests: u64, live: impl Fn(u64) -> i64) -> VariantRun {
+        let samples = (0..requests)
+            .map(|request| {
+                let mut memory = MemorySample::default();
+                memory.cpu.live_bytes = live(request);
+                memory.rss_bytes = 300_000_000;
+                memory.heap_bytes = 50_000_000;
+                RequestSample { request, latency_us: 1000, stage_live_bytes: StageBytes { forward: live(request), ..StageBytes::default() }, memory }
+            })
+            .collect();
+        VariantRun { variant, samples, snapshot: None, errors: 0, load_seconds: 1.0, latencies_us: vec![1000; requests as usize], seconds: 1.0, failure: None }
+    }
+
+    /// A cache warming up during the warm-up, then `per_request` bytes a request.
+    fn growing(per_request: i64) -> impl Fn(u64) -> i64 {
+        move |r| if (r as usize) < WARMUP { r as i64 * 100_000 } else { 2_000_000 + (r as i64 - WARMUP as i64) * per_request }
+    }
+
+    #[test]
+    fn a_leaky_variant_that_leaks_passes_with_its_slope_stage_and_time_to_oom() {
+        let result = judge_run(&run(Variant::RefsLeaky, 120, growing(16_384)), &options(Device::Cpu));
+        let primary = result.primary().expect("judged");
+        assert_eq!((primary.probe, primary.judgement.verdict), (Probe::CpuAllocator, Verdict::Leak));
+        assert_eq!(primary.judgement.slope.bytes_per_request, 16_384.0, "the warm-up's fill is not judged");
+        assert!(result.passed);
+        assert_eq!(result.stages[0].stage, Stage::Forward);
+        // 68 GB of headroom at 16,384 B a request, one every 32 s.
+        let oom = result.projection.expect("a leak has a time to OOM");
+        assert_eq!(oom.requests, (68e9 / 16_384.0) as u64);
+        assert_eq!(result.probes().iter().map(|p| p.probe).collect::<Vec<_>>(), [Probe::CpuAllocator, Probe::Rss, Probe::MallocHeap]);
+        assert_eq!(result.verdict_label(), "leak");
+    }
+
+    #[test]
+    fn a_fixed_variant_passes_flat_and_fails_when_it_leaks() {
+        let flat = judge_run(&run(Variant::RefsFixed, 120, growing(0)), &options(Device::Cpu));
+        assert_eq!(flat.primary().unwrap().judgement.verdict, Verdict::Flat);
+        assert!(flat.passed && flat.projection.is_none());
+        let leaking = judge_run(&run(Variant::RefsFixed, 120, growing(512)), &options(Device::Cpu));
+        assert_eq!(leaking.primary().unwrap().judgement.verdict, Verdict::Leak);
+        assert!(!leaking.passed, "a fix that leaks 512 B a request is not a fix");
+        // A leaky variant that stopped leaking fails too: the lab must show the leak.
+        assert!(!judge_run(&run(Variant::GraphLeaky, 120, growing(0)), &options(Device::Cpu)).passed);
+    }
+
+    #[test]
+    fn errors_fail_a_run_whose_verdict_was_as_expected() {
+        let mut with_errors = run(Variant::RefsFixed, 120, growing(0));
+        with_errors.errors = 3;
+        let result = judge_run(&with_errors, &options(Device::Cpu));
+        assert_eq!(result.primary().unwrap().judgement.verdict, Verdict::Flat);
+        assert!(!result.passed);
+    }
+
+    #[test]
+    fn a_run_without_a_verdict_is_failed_with_the_reason() {
+        let mut died = run(Variant::RefsLeaky, 30, growing(16_384));
+        died.failure = Some("service exited (signal 9)".into());
+        let result = judge_run(&died, &options(Device::Cpu));
+        assert_eq!(result.failure(), Some("service exited (signal 9)"));
+        assert_eq!(result.verdict_label(), "FAILED");
+        assert!(!result.passed && result.primary().is_none() && result.probes().is_empty());
+
+        let short = judge_run(&run(Variant::RefsLeaky, WARMUP as u64 + 2, growing(16_384)), &options(Device::Cpu));
+        assert!(short.failure().unwrap().starts_with("no verdict: "), "{:?}", short.failure());
+
+        // On CUDA the primary probe is CUDA's allocator: samples without it cannot be judged.
+        let cpu_only = judge_run(&run(Variant::RefsLeaky, 120, growing(16_384)), &options(Device::Cuda));
+        assert_eq!(cpu_only.failure(), Some("the service's samples carry no cuda_allocated figure"));
+    }
+}

@@ -10,30 +10,27 @@ pub mod bench;
 pub mod commands;
 pub mod driver;
 pub mod expect;
-pub mod files;
 pub mod judge;
-pub mod plot;
 pub mod report;
 pub mod soak;
 
 pub use driver::{PythonTwin, RunOptions, VariantRun};
 pub use judge::{judge_run, Outcome, ProbeVerdict, VariantResult};
-pub use report::LabReport;
+pub use report::{LabReport, LabRun};
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leaklab_report::progress::Bars;
 use leaklab_vocab::Variant;
 use std::time::Instant;
 
 /// Runs `variants` one after another (each its own service process) and judges them all.
 /// With `quiet`, nothing is drawn (for `--json`).
-pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) -> (Vec<VariantRun>, LabReport) {
+pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) -> LabRun {
     let started = Instant::now();
-    let bars = MultiProgress::with_draw_target(if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
-    let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} requests {elapsed} {msg}").expect("valid template").progress_chars("=> ");
+    let bars = Bars::new(quiet);
     let mut runs = Vec::new();
     let mut results = Vec::new();
     for &variant in variants {
-        let bar = bars.add(ProgressBar::new(options.total_requests() as u64).with_style(style.clone()).with_prefix(variant.name().to_string()));
+        let bar = bars.requests(options.total_requests(), variant.name());
         let run = driver::run_variant(options, variant, &bar).await;
         let result = judge_run(&run, options);
         let msg = match (result.failure(), result.primary()) {
@@ -45,6 +42,5 @@ pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) ->
         runs.push(run);
         results.push(result);
     }
-    let report = LabReport::new(options, results, started.elapsed().as_secs_f64());
-    (runs, report)
+    LabRun { report: LabReport::new(options, results, started.elapsed().as_secs_f64()), runs }
 }

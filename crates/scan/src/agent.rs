@@ -8,7 +8,7 @@
 //! censuses the pytest plugin takes the same way, so both say "who holds it" in one voice.
 
 use anyhow::{bail, Result};
-use leaklab_detect::human_bytes;
+use leaklab_report::{human_bytes, Cell, Table};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -129,9 +129,29 @@ pub struct CensusDiff {
 pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
     let old: BTreeMap<&str, &Holder> = before.holders.iter().map(|h| (h.holder.as_str(), h)).collect();
     let per = |b: i64| b as f64 / steps.max(1) as f64;
+    // A holder can change its name without changing what it holds: tensors reached only
+    // through another thread's frames (a test client's event loop) are named by the first path
+    // the walk finds, which may differ between censuses. A holder new in `after` that holds
+    // exactly what a holder gone from `before` held is that holder renamed, not growth.
+    let new: std::collections::BTreeSet<&str> = after.holders.iter().map(|h| h.holder.as_str()).collect();
+    let mut gone: Vec<&Holder> = before.holders.iter().filter(|h| !new.contains(h.holder.as_str())).collect();
+    let mut renamed = Vec::new();
     let mut grown: Vec<Growth> = after
         .holders
         .iter()
+        .filter(|h| {
+            if old.contains_key(h.holder.as_str()) {
+                return true;
+            }
+            let same = |g: &&Holder| (&g.kind, g.tensors, g.bytes, &g.graph) == (&h.kind, h.tensors, h.bytes, &h.graph);
+            match gone.iter().position(same) {
+                Some(i) => {
+                    renamed.push(format!("`{}` is `{}` of the first census under another name (the same kind, tensors, bytes and graph): not counted as growth", h.holder, gone.remove(i).holder));
+                    false
+                }
+                None => true,
+            }
+        })
         .filter_map(|h| {
             let o = old.get(h.holder.as_str());
             let bytes = h.held_bytes() as i64 - o.map_or(0, |o| o.held_bytes() as i64);
@@ -142,7 +162,7 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
         .collect();
     grown.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.graph_nodes.cmp(&a.graph_nodes)).then(a.holder.cmp(&b.holder)));
     let total = |c: &Census| (c.totals.bytes + c.totals.graph_saved_bytes) as i64;
-    let mut notes = Vec::new();
+    let mut notes = renamed;
     for (which, c) in [("the first", before), ("the second", after)] {
         if let Some(why) = &c.stopped_early {
             notes.push(format!("{which} census stopped early ({why}): holders it did not reach are missing"));
@@ -201,24 +221,45 @@ impl CensusDiff {
         if self.grown.len() > top {
             out.push(format!("  … and {} more holders that grew", self.grown.len() - top));
         }
-        out.push(format!("  In all: {:+} tensors, {} ({} per {step}) over {} {step}s; each census took {:.2} s and {:.2} s.", self.total_tensors, signed_bytes(self.total_bytes as f64), human_bytes(self.total_bytes as f64 / self.steps.max(1) as f64), self.steps, self.census_seconds.0, self.census_seconds.1));
+        out.push(format!("  {}", self.totals(step)));
         out.extend(self.notes.iter().map(|n| format!("  Note: {n}")));
         out.join("\n")
     }
 
+    /// The grown holders, most bytes first: holder, kind, tensors, bytes, bytes per step,
+    /// autograd graph nodes.
+    pub fn table(&self, top: usize, step: &str) -> Table {
+        let rows = self.grown.iter().take(top).map(|g| {
+            let grew = |n: i64| Cell::new(format!("{n:+}"));
+            vec![Cell::code(&g.holder), Cell::new(&g.kind), grew(g.tensors), Cell::new(signed_bytes(g.bytes as f64)), Cell::new(human_bytes(g.bytes_per_step)), grew(g.graph_nodes)]
+        });
+        Table::new(["holder", "kind", "tensors", "bytes", &format!("per {step}"), "graph nodes"]).numeric(&[2, 3, 4, 5]).rows(rows)
+    }
+
+    /// Every tensor's growth in one sentence, and what each census cost.
+    pub fn totals(&self, step: &str) -> String {
+        format!(
+            "In all: {:+} tensors, {} ({} per {step}) over {} {step}s; each census took {:.2} s and {:.2} s.",
+            self.total_tensors,
+            signed_bytes(self.total_bytes as f64),
+            human_bytes(self.total_bytes as f64 / self.steps.max(1) as f64),
+            self.steps,
+            self.census_seconds.0,
+            self.census_seconds.1
+        )
+    }
+
     pub fn markdown(&self, top: usize, step: &str) -> String {
-        let rows: Vec<[String; 6]> = self
-            .grown
-            .iter()
-            .take(top)
-            .map(|g| [format!("`{}`", g.holder), g.kind.clone(), format!("{:+}", g.tensors), signed_bytes(g.bytes as f64), human_bytes(g.bytes_per_step), format!("{:+}", g.graph_nodes)])
-            .collect();
         let mut md = format!("## Who holds it (the agent's tensor census, {} {step}s apart)\n\n", self.steps);
-        if rows.is_empty() {
+        if self.grown.is_empty() {
             md.push_str("No holder grew.\n\n");
         } else {
-            let per = format!("per {step}");
-            md.push_str(&leaklab_runner::report::markdown_table(&["holder", "kind", "tensors", "bytes", &per, "graph nodes"], &rows));
+            // Holder names in backticks, as markdown shows code.
+            let mut table = self.table(top, step);
+            for row in &mut table.rows {
+                row[0].text = format!("`{}`", row[0].text);
+            }
+            md.push_str(&table.markdown());
             md.push('\n');
         }
         for n in &self.notes {
@@ -287,6 +328,17 @@ mod tests {
         assert_eq!(lines[0], "service.HISTORY (module global): +600 tensors, +9.83 MB (16.38 kB per request)");
         assert!(lines[1].contains("+600 autograd graph nodes"), "{}", lines[1]);
         assert!(d.text(1, "call").contains("… and 2 more holders that grew"));
+    }
+
+    #[test]
+    fn a_holder_that_only_changed_its_name_is_not_growth_and_a_new_one_is() {
+        let frame = |name: &str| Holder { kind: "frame".into(), ..holder(name, 5, 20_480, 0, 0) };
+        let before = census(vec![frame("thread 'loop' run (a.py:3) local 'x'")]);
+        // The newcomer comes first and holds the same: the kind tells the rename apart.
+        let after = census(vec![holder("service.CACHE", 5, 20_480, 0, 0), frame("thread 'loop' _run_once (b.py:9) local 'y'")]);
+        let d = diff(&before, &after, 100);
+        assert_eq!(d.grown.iter().map(|g| g.holder.as_str()).collect::<Vec<_>>(), ["service.CACHE"], "one rename, one real newcomer: {d:?}");
+        assert!(d.notes[0].contains("under another name"), "{:?}", d.notes);
     }
 
     #[test]

@@ -1,73 +1,86 @@
-//! The scan's answer for people (a table with its evidence), for reports (markdown and plots,
-//! drawn by the same code as run-lab's) and for programs (`--json`).
+//! The scan's answer for people (a table with its evidence), for reports (markdown, the page
+//! and its charts, drawn by `leaklab-report` as every command's are) and for programs (`--json`).
 
-use crate::verdict::Ops;
 use crate::{Outcome, ScanReport, SeriesResult};
-use anyhow::Result;
-use leaklab_detect::{human_bytes, human_duration as duration};
-use leaklab_runner::files::write_atomic;
-use leaklab_runner::plot;
-use leaklab_runner::report::{aligned_table, markdown_table};
-use std::path::Path;
+use leaklab_report::page::{Page, Section, Summary};
+use leaklab_report::plot::Chart;
+use leaklab_report::{human_bytes, human_duration as duration, Attachment, Cell, Report, Table, Tone};
 
-fn row(s: &SeriesResult) -> [String; 7] {
+fn row(s: &SeriesResult) -> Vec<Cell> {
     let Some(j) = &s.judgement else {
-        return [s.series.clone(), "-".into(), s.why_not_judged.clone().unwrap_or_default(), "-".into(), "-".into(), "-".into(), "cannot judge".into()];
+        return vec![Cell::code(&s.series), "-".into(), s.why_not_judged.clone().unwrap_or_default().into(), "-".into(), "-".into(), "-".into(), Cell::new("cannot judge").tone(Tone::Warn)];
     };
     let oom = match (s.capacity_bytes, s.seconds_to_oom) {
         (None, _) => "no capacity known".into(),
         (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
         (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
     };
-    let result = s.ops.map_or("-", Ops::label);
-    [
-        s.series.clone(),
-        j.verdict.to_string(),
-        format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())),
-        human_bytes(j.noise_bytes),
-        human_bytes(j.floor_now as f64),
-        oom,
-        result.into(),
+    let result = s.ops.map_or(Cell::new("-"), |o| Cell::new(o.label()).tone(o));
+    vec![
+        Cell::code(&s.series),
+        Cell::new(j.verdict.to_string()).tone(j.verdict),
+        format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())).into(),
+        human_bytes(j.noise_bytes).into(),
+        human_bytes(j.floor_now as f64).into(),
+        oom.into(),
+        result,
     ]
 }
 
 const HEADER: [&str; 7] = ["series", "verdict", "bytes/request", "noise", "floor now", "time to OOM", "result"];
 
+/// How each series is judged, said under its table and its charts.
+const METHOD: &str = "Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself; the time to OOM is at the budget's request rate, from the floor now to the series' capacity.";
+
 impl ScanReport {
+    fn series_table(&self) -> Table {
+        Table::new(HEADER).numeric(&[2, 3, 4, 5]).rows(self.series.iter().map(row))
+    }
+
     pub fn table(&self) -> String {
-        let rows: Vec<[String; 7]> = self.series.iter().map(row).collect();
-        let mut out = vec![aligned_table(&HEADER, &rows)];
+        let mut out = vec![self.series_table().text()];
         if let Some(c) = &self.census {
             out.push(String::new());
-            out.push(format!("Who holds it (the agent's tensor census after the warm-up and at the end):\n{}", c.text(5, "request")));
+            out.push(format!("Who holds it (the agent's tensor census, taken twice {} requests apart after the judged ones):\n{}", c.steps, c.text(5, "request")));
         }
         if let Some(d) = &self.who_holds {
             out.push(String::new());
-            out.push(format!("Who holds it (snapshots after the warm-up and at the end):
-{}", leaklab_snapshot::render::difference_text(d, 5, false).trim_end()));
+            out.push(format!("Who holds it (snapshots after the warm-up and at the end):\n{}", leaklab_snapshot::render::difference_text(d, 5, false).trim_end()));
         }
         out.push(String::new());
         out.push(self.summary());
         out.join("\n")
     }
 
+    /// "PASS: nothing runs out within the budget" and its words apart.
+    fn outcome_words(&self) -> (&'static str, &'static str) {
+        match self.outcome {
+            Outcome::Pass => ("PASS", "nothing runs out within the budget"),
+            Outcome::Fail => ("FAIL", "memory runs out within the budget"),
+            Outcome::CannotJudge => ("CANNOT JUDGE", "too little to go on"),
+        }
+    }
+
+    fn budget_words(&self) -> String {
+        format!("{} at {:.3} requests/s", duration(self.budget.seconds), self.budget.steps_per_second)
+    }
+
+    /// The requests and which were judged: the warm-up, and those between the looks inside, are not.
+    fn requests_words(&self) -> String {
+        match self.looked_requests {
+            0 => format!("{} requests ({} warm-up, not judged)", self.requests_sent, self.warmup),
+            n => format!("{} requests ({} warm-up and {n} between the looks inside, not judged)", self.requests_sent, self.warmup),
+        }
+    }
+
+    fn evidence(&self) -> String {
+        format!("{} in {:.1} s, {} errors; each series judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself.", self.requests_words(), self.seconds, self.errors)
+    }
+
     /// The verdict with its evidence, as hyperfine states what it measured.
     pub fn summary(&self) -> String {
-        let outcome = match self.outcome {
-            Outcome::Pass => "PASS: nothing runs out within the budget",
-            Outcome::Fail => "FAIL: memory runs out within the budget",
-            Outcome::CannotJudge => "CANNOT JUDGE: too little to go on",
-        };
-        let mut text = format!(
-            "{outcome} ({} at {:.3} requests/s).\n{}\nEvidence: {} requests ({} warm-up, not judged) in {:.1} s, {} errors; each series judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself.",
-            duration(self.budget.seconds),
-            self.budget.steps_per_second,
-            self.diagnosis,
-            self.requests_sent,
-            self.warmup,
-            self.seconds,
-            self.errors
-        );
+        let (answer, words) = self.outcome_words();
+        let mut text = format!("{answer}: {words} ({}).\n{}\nEvidence: {}", self.budget_words(), self.diagnosis, self.evidence());
         for note in &self.notes {
             text.push_str(&format!("\nNote: {note}"));
         }
@@ -76,7 +89,7 @@ impl ScanReport {
 
     pub fn markdown(&self) -> String {
         let mut md = format!("# leaklab scan of {}\n\n**{}**\n\n", self.url, self.summary().replace('\n', "\n\n"));
-        md.push_str(&markdown_table(&HEADER, &self.series.iter().map(row).collect::<Vec<_>>()));
+        md.push_str(&self.series_table().markdown());
         md.push('\n');
         if let Some(c) = &self.census {
             md.push_str(&c.markdown(20, "request"));
@@ -91,18 +104,111 @@ impl ScanReport {
         md
     }
 
-    /// report.md, report.json and a plot per series (the samples and their floor), atomically.
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join("report.json"), &serde_json::to_vec_pretty(self)?)?;
-        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())?;
-        for s in &self.series {
-            let Some(j) = &s.judgement else { continue };
-            let base = s.samples.first().map_or(0, |p| p.1);
-            let mb = |points: &[(u64, i64)]| points.iter().map(|&(x, y)| (x as f64, (y - base) as f64 / 1e6)).collect::<Vec<_>>();
-            let lines = vec![(s.series.clone(), mb(&s.samples)), ("floor".to_string(), mb(&j.floor))];
-            plot::write_chart(dir, &file_name(&s.series), &format!("{}: {} (growth since the first request, MB)", s.series, j.verdict), &lines, self.warmup)?;
+    /// A chart per judged series: its samples and their floor.
+    fn charts(&self) -> Vec<(&SeriesResult, Chart)> {
+        self.series
+            .iter()
+            .filter_map(|s| {
+                let j = s.judgement.as_ref()?;
+                let base = s.samples.first().map_or(0, |p| p.1);
+                let mb = |points: &[(u64, i64)]| points.iter().map(|&(x, y)| (x as f64, (y - base) as f64 / 1e6)).collect::<Vec<_>>();
+                let lines = vec![(s.series.clone(), mb(&s.samples)), ("floor".to_string(), mb(&j.floor))];
+                Some((s, Chart::new(file_name(&s.series), format!("{}: {} (growth since the first request, MB)", s.series, j.verdict), lines, self.warmup)))
+            })
+            .collect()
+    }
+
+    fn page_summary(&self) -> Summary {
+        let (answer, words) = self.outcome_words();
+        let mut figures = Vec::new();
+        if let Some(s) = self.deciding() {
+            figures.push(("deciding series".to_string(), s.series.clone()));
+            if let Some(j) = &s.judgement {
+                figures.push(("verdict".into(), j.verdict.to_string()));
+                figures.push(("bytes/request".into(), format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width()))));
+            }
+            let oom = match (s.capacity_bytes, s.seconds_to_oom) {
+                (None, _) => "no capacity known".into(),
+                (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
+                (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
+            };
+            figures.push(("time to OOM".into(), oom));
         }
-        Ok(())
+        figures.push(("budget".into(), self.budget_words()));
+        figures.push(("requests".into(), format!("{}, {} errors", self.requests_words(), self.errors)));
+        let headline = match (self.outcome, self.deciding()) {
+            (Outcome::Fail, Some(s)) => match (s.seconds_to_oom, s.capacity_bytes) {
+                (Some(t), Some(c)) => format!("{} runs out in {} (of {}), within the budget of {}.", s.series, duration(t), human_bytes(c as f64), self.budget_words()),
+                _ => format!("{} runs out within the budget of {}.", s.series, self.budget_words()),
+            },
+            (Outcome::Pass, _) => format!("Nothing runs out within the budget of {}.", self.budget_words()),
+            _ => format!("{}{}.", &words[..1].to_uppercase(), &words[1..]),
+        };
+        Summary { tone: self.outcome.into(), answer: answer.into(), headline, figures, text: vec![self.diagnosis.clone()] }
+    }
+}
+
+impl Report for ScanReport {
+    fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    fn text(&self) -> String {
+        self.table()
+    }
+
+    fn markdown(&self) -> String {
+        ScanReport::markdown(self)
+    }
+
+    fn page(&self) -> Option<Page> {
+        let mut page = Page::new("leaklab scan", &self.url, self.page_summary()).section(Section::new("Series").table(self.series_table().caption(METHOD)).notes(&self.notes));
+        if let Some(c) = &self.census {
+            let census = c.table(20, "request").caption("The holders whose tensors grew between the agent's two censuses, taken after the judged requests and again a quarter as many requests later: tensors gained, bytes gained (their storages plus what their autograd graphs save), per request between the censuses, and autograd graph nodes gained.");
+            let mut section = Section::new(format!("Who holds it: the agent's tensor census, {} requests apart", c.steps)).table(census).text(c.totals("request"));
+            section = section.notes(&c.notes);
+            page = page.section(section);
+        }
+        if let Some(d) = &self.who_holds {
+            page = page.section(leaklab_snapshot::report::difference_section("Who holds it: the memory the judged requests left live, by allocating line", d, 10));
+        }
+        let charts = self.charts();
+        if !charts.is_empty() {
+            let mut section = Section::new("Memory over the requests");
+            for (s, chart) in &charts {
+                let (Some(j), Ok(svg)) = (&s.judgement, chart.svg()) else { continue };
+                let caption = format!(
+                    "{}: what the scan read after every answer, and its floor, in MB above the first sample; the grey line marks the end of the {}-request warm-up (not judged). {}, {} per request, noise {}.",
+                    s.series,
+                    self.warmup,
+                    j.verdict,
+                    j.slope.with_bounds(),
+                    human_bytes(j.noise_bytes)
+                );
+                section = section.chart(svg, caption);
+            }
+            page = page.section(section);
+        }
+        let mut errors: Vec<String> = self.error_kinds.iter().map(|(kind, n)| format!("{n} × {kind}")).collect();
+        if errors.is_empty() {
+            errors.push("none".into());
+        }
+        Some(page.section(Section::new("How this was measured").facts(vec![
+            ("target".into(), self.url.clone()),
+            ("requests".into(), self.requests_words()),
+            ("time".into(), format!("{:.1} s, {:.1} requests/s", self.seconds, self.requests_per_second_measured)),
+            ("errors".into(), errors.join(", ")),
+            ("budget".into(), format!("fail when memory runs out within {}", self.budget_words())),
+            ("method".into(), METHOD.into()),
+        ])))
+    }
+
+    fn attachments(&self) -> leaklab_report::Result<Vec<Attachment>> {
+        let mut files = Vec::new();
+        for (_, chart) in self.charts() {
+            files.extend(chart.files()?);
+        }
+        Ok(files)
     }
 }
 

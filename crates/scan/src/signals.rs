@@ -3,8 +3,10 @@
 //! one or more named series; a read that fails says why in words a user can act on.
 
 use anyhow::{anyhow, bail, Context, Result};
+use leaklab_proc::Cgroup;
+use leaklab_vocab::Probe;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What kind of memory a series measures: decides its capacity and the diagnosis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -16,6 +18,9 @@ pub enum Kind {
     Gpu,
     /// Bytes held by live tensors (`torch.cuda.memory_allocated()`).
     TorchAllocated,
+    /// Bytes held by live CPU tensors, counted exactly (leaklab's `cpu_allocator_live` probe):
+    /// tensors kept alive, in host memory.
+    CpuTensors,
     /// Bytes the caching allocator holds (`torch.cuda.memory_reserved()`).
     TorchReserved,
     /// Any other gauge the user named.
@@ -39,7 +44,7 @@ pub enum Signal {
     /// A cgroup folder, v2 (`memory.current`, `memory.max`) or v1 (`memory.usage_in_bytes`,
     /// `memory.limit_in_bytes`): the working set (usage less inactive file cache) is what the
     /// OOM killer judges.
-    Cgroup { dir: PathBuf },
+    Cgroup(Cgroup),
     /// NVML: the GPU memory of the process tree, and the device's use.
     Gpu { pid: u32, nvml: Box<nvml_wrapper::Nvml> },
     /// A Prometheus text endpoint and the series to read from it.
@@ -50,7 +55,7 @@ impl Signal {
     pub fn describe(&self) -> String {
         match self {
             Signal::Process { pid } => format!("process {pid} and its children"),
-            Signal::Cgroup { dir } => format!("cgroup {}", dir.display()),
+            Signal::Cgroup(c) => format!("cgroup {}", c.dir.display()),
             Signal::Gpu { pid, .. } => format!("GPU memory of process {pid} (NVML)"),
             Signal::Metrics { url, .. } => format!("metrics at {url}"),
         }
@@ -64,121 +69,106 @@ impl Signal {
 
     /// Checks the cgroup folder holds a memory controller's files.
     pub fn cgroup(dir: &Path) -> Result<Signal> {
-        if !dir.join("memory.current").exists() && !dir.join("memory.usage_in_bytes").exists() {
-            bail!("{} is not a cgroup with a memory controller: it has neither memory.current (v2) nor memory.usage_in_bytes (v1)", dir.display());
-        }
-        Ok(Signal::Cgroup { dir: dir.to_path_buf() })
+        Cgroup::open(dir).map(Signal::Cgroup).map_err(|e| anyhow!("{} is not a cgroup with a memory controller: {e}", dir.display()))
     }
 
     pub async fn read(&self) -> Result<Vec<Reading>> {
         match self {
             Signal::Process { pid } => read_process(*pid),
-            Signal::Cgroup { dir } => read_cgroup(dir),
+            Signal::Cgroup(c) => read_cgroup(c),
             Signal::Gpu { pid, nvml } => read_gpu(*pid, nvml),
             Signal::Metrics { url, series, client } => read_metrics(client, url, series).await,
         }
     }
 
     /// The most this signal's memory can reach, when the signal knows it: the cgroup's limit,
-    /// the GPU's total.
+    /// the watched GPUs' total (summed over the same devices as their use, see [`watched`]).
     pub fn capacity(&self) -> Option<(Kind, u64)> {
         match self {
-            Signal::Cgroup { dir } => cgroup_limit(dir).map(|l| (Kind::Host, l)),
-            Signal::Gpu { nvml, .. } => nvml.device_by_index(0).ok().and_then(|d| d.memory_info().ok()).map(|m| (Kind::Gpu, m.total)),
+            Signal::Cgroup(c) => c.limit().map(|l| (Kind::Host, l)),
+            Signal::Gpu { pid, nvml } => gpu_totals(*pid, nvml).ok().map(|t| (Kind::Gpu, t)),
             _ => None,
         }
     }
 }
 
-/// `pid` and every descendant, from each process's `children` list.
-pub fn process_tree(pid: u32) -> Vec<u32> {
-    let mut tree = vec![pid];
-    let mut i = 0;
-    while i < tree.len() {
-        let p = tree[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for task in tasks.flatten() {
-                if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                    for child in text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
-                        if !tree.contains(&child) {
-                            tree.push(child);
-                        }
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
-    tree
-}
-
-/// `Rss:` and `Anonymous:` of one `smaps_rollup`, in bytes.
-pub fn parse_smaps_rollup(text: &str) -> (i64, i64) {
-    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).and_then(|r| r.split_whitespace().next()).and_then(|kb| kb.parse::<i64>().ok()).unwrap_or(0) * 1024;
-    (field("Rss:"), field("Anonymous:"))
-}
-
 fn read_process(pid: u32) -> Result<Vec<Reading>> {
-    let root = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))?;
-    let (mut rss, mut anon) = parse_smaps_rollup(&root);
-    for child in process_tree(pid).into_iter().skip(1) {
+    let mut total = leaklab_proc::smaps_rollup(pid).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))?;
+    for child in leaklab_proc::process_tree(pid).into_iter().skip(1) {
         // A child may exit between listing and reading: it simply no longer counts.
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{child}/smaps_rollup")) {
-            let (r, a) = parse_smaps_rollup(&text);
-            rss += r;
-            anon += a;
+        if let Ok(rollup) = leaklab_proc::smaps_rollup(child) {
+            total = total + rollup;
         }
     }
-    Ok(vec![Reading { series: "anonymous".into(), kind: Kind::Host, bytes: anon }, Reading { series: "rss".into(), kind: Kind::Host, bytes: rss }])
+    Ok(vec![Reading { series: "anonymous".into(), kind: Kind::Host, bytes: total.anonymous as i64 }, Reading { series: "rss".into(), kind: Kind::Host, bytes: total.rss as i64 }])
 }
 
-fn read_number(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn cgroup_limit(dir: &Path) -> Option<u64> {
-    // v2 says "max" for no limit, v1 a number near 2^63: neither is a capacity.
-    read_number(&dir.join("memory.max")).or_else(|| read_number(&dir.join("memory.limit_in_bytes"))).filter(|&l| l < 1 << 60)
-}
-
-fn read_cgroup(dir: &Path) -> Result<Vec<Reading>> {
-    let (usage, stat, inactive_key) = if dir.join("memory.current").exists() {
-        (dir.join("memory.current"), dir.join("memory.stat"), "inactive_file ")
-    } else {
-        (dir.join("memory.usage_in_bytes"), dir.join("memory.stat"), "total_inactive_file ")
-    };
-    let usage = read_number(&usage).with_context(|| format!("cannot read {}: the cgroup is gone?", usage.display()))?;
-    let inactive = std::fs::read_to_string(&stat).ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix(inactive_key)).and_then(|v| v.trim().parse::<u64>().ok())).unwrap_or(0);
+fn read_cgroup(cgroup: &Cgroup) -> Result<Vec<Reading>> {
+    let now = cgroup.usage().with_context(|| format!("cannot read the cgroup {}: is it gone?", cgroup.dir.display()))?;
     Ok(vec![
-        Reading { series: "cgroup_working_set".into(), kind: Kind::Host, bytes: usage.saturating_sub(inactive) as i64 },
-        Reading { series: "cgroup_usage".into(), kind: Kind::Host, bytes: usage as i64 },
+        Reading { series: "cgroup_working_set".into(), kind: Kind::Host, bytes: now.working_set as i64 },
+        Reading { series: "cgroup_usage".into(), kind: Kind::Host, bytes: now.usage as i64 },
     ])
 }
 
-fn read_gpu(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<Reading>> {
-    use nvml_wrapper::enums::device::UsedGpuMemory;
-    let tree = process_tree(pid);
-    let count = nvml.device_count().map_err(|e| anyhow!("NVML query failed: {e}"))?;
-    let (mut process, mut used) = (0u64, 0u64);
-    for i in 0..count {
-        let device = nvml.device_by_index(i).map_err(|e| anyhow!("NVML query failed: {e}"))?;
-        used += device.memory_info().map_err(|e| anyhow!("NVML query failed: {e}"))?.used;
-        // NVML reports host PIDs: inside a container, run the scan on the host or with hostPID.
-        for p in device.running_compute_processes().map_err(|e| anyhow!("NVML query failed: {e}"))? {
-            if tree.contains(&p.pid) {
-                if let UsedGpuMemory::Used(bytes) = p.used_gpu_memory {
-                    process += bytes;
-                }
-            }
-        }
-    }
-    Ok(vec![Reading { series: "gpu_process".into(), kind: Kind::Gpu, bytes: process as i64 }, Reading { series: "gpu_device_used".into(), kind: Kind::Gpu, bytes: used as i64 }])
+/// One GPU as NVML reports it, seen from the process tree being scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GpuMemory {
+    used: u64,
+    total: u64,
+    /// The tree's bytes on this device; `None` when none of its processes runs on it.
+    tree: Option<u64>,
 }
 
-/// The kind of a gauge, from its name: PyTorch's allocator figures by their usual names.
+fn gpus(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<GpuMemory>> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    let failed = |e: nvml_wrapper::error::NvmlError| anyhow!("NVML query failed: {e}");
+    let tree = leaklab_proc::process_tree(pid);
+    let mut devices = Vec::new();
+    for i in 0..nvml.device_count().map_err(failed)? {
+        let device = nvml.device_by_index(i).map_err(failed)?;
+        let memory = device.memory_info().map_err(failed)?;
+        // NVML reports host PIDs: inside a container, run the scan on the host or with hostPID.
+        let mine: Vec<_> = device.running_compute_processes().map_err(failed)?.into_iter().filter(|p| tree.contains(&p.pid)).collect();
+        let bytes = mine.iter().map(|p| if let UsedGpuMemory::Used(b) = p.used_gpu_memory { b } else { 0 }).sum();
+        devices.push(GpuMemory { used: memory.used, total: memory.total, tree: (!mine.is_empty()).then_some(bytes) });
+    }
+    Ok(devices)
+}
+
+/// The devices a scan of the tree watches: those its processes run on, or every device while it
+/// runs on none (a service that has not touched CUDA yet). Use and capacity are both summed
+/// over these, so a process on one GPU of eight is judged against that GPU's memory.
+fn watched(devices: &[GpuMemory]) -> Vec<GpuMemory> {
+    let on: Vec<GpuMemory> = devices.iter().copied().filter(|d| d.tree.is_some()).collect();
+    if on.is_empty() {
+        devices.to_vec()
+    } else {
+        on
+    }
+}
+
+/// The tree's GPU bytes and the watched devices' use and total.
+fn gpu_sums(devices: &[GpuMemory]) -> (u64, u64, u64) {
+    watched(devices).iter().fold((0, 0, 0), |(tree, used, total), d| (tree + d.tree.unwrap_or(0), used + d.used, total + d.total))
+}
+
+fn gpu_totals(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<u64> {
+    Ok(gpu_sums(&gpus(pid, nvml)?).2)
+}
+
+fn read_gpu(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<Reading>> {
+    let (tree, used, _) = gpu_sums(&gpus(pid, nvml)?);
+    Ok(vec![Reading { series: "gpu_process".into(), kind: Kind::Gpu, bytes: tree as i64 }, Reading { series: "gpu_device_used".into(), kind: Kind::Gpu, bytes: used as i64 }])
+}
+
+/// The kind of a gauge, from its name: leaklab's exact CPU allocator gauge, and PyTorch's
+/// allocator figures by their usual names.
 pub fn kind_of(series: &str) -> Kind {
     let s = series.to_ascii_lowercase();
-    if s.contains("allocated") {
+    if s.contains(Probe::CpuAllocator.name()) {
+        Kind::CpuTensors
+    } else if s.contains("allocated") {
         Kind::TorchAllocated
     } else if s.contains("reserved") {
         Kind::TorchReserved
@@ -226,12 +216,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn smaps_rollup_fields_are_read_in_bytes() {
-        let text = "55d0-7ff [rollup]\nRss:              123456 kB\nPss:              100000 kB\nAnonymous:         65536 kB\n";
-        assert_eq!(parse_smaps_rollup(text), (123_456 * 1024, 65_536 * 1024));
-    }
-
-    #[test]
     fn series_are_picked_by_name_and_labels_and_bad_text_is_an_error() {
         let text = "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 1.5e+08\n# TYPE mem gauge\nmem{gpu=\"0\"} 10\nmem{gpu=\"1\"} 20\n";
         assert_eq!(pick(text, "process_resident_memory_bytes").unwrap(), 1.5e8);
@@ -241,12 +225,26 @@ mod tests {
         assert!(pick("mem NaN\n", "mem").unwrap_err().to_string().contains("not a number"));
         assert_eq!(kind_of("torch_cuda_memory_allocated_bytes"), Kind::TorchAllocated);
         assert_eq!(kind_of("torch_cuda_memory_reserved_bytes"), Kind::TorchReserved);
+        // leaklab's exact gauge counts live CPU tensors: the drill's "tensors are kept alive".
+        assert_eq!(kind_of("leaklab_memory_bytes{probe=\"cpu_allocator_live\"}"), Kind::CpuTensors);
+        assert_eq!(kind_of("process_resident_memory_bytes"), Kind::Host);
     }
 
     #[test]
-    fn this_process_is_its_own_tree_and_reads() {
+    fn gpu_use_and_capacity_are_summed_over_the_same_devices() {
+        let gpu = |used: u64, tree: Option<u64>| GpuMemory { used: used << 30, total: 80 << 30, tree: tree.map(|t| t << 30) };
+        // On one GPU of three: that GPU's use and its 80 GiB, not the machine's 240 GiB.
+        assert_eq!(gpu_sums(&[gpu(5, None), gpu(12, Some(10)), gpu(7, None)]), (10 << 30, 12 << 30, 80 << 30));
+        // On two: both, use and capacity alike.
+        assert_eq!(gpu_sums(&[gpu(5, Some(4)), gpu(12, Some(10)), gpu(7, None)]), (14 << 30, 17 << 30, 160 << 30));
+        // On none yet (no CUDA context): every device.
+        assert_eq!(gpu_sums(&[gpu(5, None), gpu(12, None)]), (0, 17 << 30, 160 << 30));
+        assert_eq!(gpu_sums(&[]), (0, 0, 0));
+    }
+
+    #[test]
+    fn this_process_reads_and_a_gone_one_says_so() {
         let me = std::process::id();
-        assert_eq!(process_tree(me)[0], me);
         let r = read_process(me).unwrap();
         assert!(r[1].bytes >= r[0].bytes && r[0].bytes > 0, "{r:?}");
         assert!(read_process(u32::MAX - 1).unwrap_err().to_string().contains("gone"));

@@ -1,7 +1,7 @@
 //! The answers as text for people (a table), markdown for reports, JSON for programs.
 
 use crate::explain::{Difference, Explanation, Holder};
-use leaklab_detect::human_bytes;
+use leaklab_report::human_bytes;
 
 fn holder_rows(holders: &[Holder], top: usize, stacks: bool, out: &mut String) {
     let width = holders.iter().take(top).map(|h| human_bytes(h.bytes as f64).len()).max().unwrap_or(5).max(5);
