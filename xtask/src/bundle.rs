@@ -51,11 +51,7 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
     if !output.status.success() {
         bail!("building the GPU tests failed:\n{}", String::from_utf8_lossy(&output.stderr));
     }
-    let gpu_tests = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| l.contains("\"executable\":\"") && l.contains("\"name\":\"gpu\""))
-        .find_map(|l| l.split("\"executable\":\"").nth(1).and_then(|r| r.split('"').next()).map(PathBuf::from))
-        .context("cargo did not report the GPU test binary")?;
+    let gpu_tests = test_executable(&String::from_utf8_lossy(&output.stdout), "gpu").context("cargo did not report the GPU test binary")?;
 
     if out.exists() {
         std::fs::remove_dir_all(out)?;
@@ -73,6 +69,26 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
         bail!("the bundle is {size} bytes, over the 64 MiB limit");
     }
     Ok(())
+}
+
+/// The one `compiler-artifact` message of cargo's `--message-format json` output (a JSON
+/// document a line) that built test target `name`: its `executable`.
+fn test_executable(messages: &str, name: &str) -> Option<PathBuf> {
+    #[derive(serde::Deserialize)]
+    struct Artifact {
+        reason: String,
+        target: Option<Target>,
+        executable: Option<PathBuf>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Target {
+        name: String,
+        kind: Vec<String>,
+    }
+    messages.lines().filter_map(|line| serde_json::from_str::<Artifact>(line).ok()).find_map(|a| {
+        let target = a.target?;
+        (a.reason == "compiler-artifact" && target.name == name && target.kind.iter().any(|k| k == "test")).then_some(a.executable).flatten()
+    })
 }
 
 /// What a bundled binary keeps of its debug info.
@@ -164,3 +180,22 @@ Needs: Linux x86-64, a python3 with torch 2.11.0 (LEAKLAB_PYTHON to pick one), a
   BIN=gpu-tests ./run.sh --test-threads=1 # the CUDA leak tests\n\
   BIN=leaklab-service ./run.sh serve --variant seed --device cuda\n\
   ./gpu-check.sh                          # all of the above, figures under ./gpu-out\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gpu_test_binary_is_found_among_cargos_messages() {
+        // Trimmed from real `cargo test --no-run --message-format json` output: a library
+        // artifact, a build-script run, the test artifact, and a line that is not JSON.
+        let messages = r#"{"reason":"compiler-artifact","package_id":"leaklab-service","target":{"kind":["lib"],"crate_types":["lib"],"name":"leaklab_service","src_path":"/w/crates/service/src/lib.rs"},"executable":null,"fresh":true}
+{"reason":"build-script-executed","package_id":"leaklab-probe","out_dir":"/w/target/release/build/x/out"}
+{"reason":"compiler-artifact","package_id":"leaklab-service","target":{"kind":["test"],"crate_types":["bin"],"name":"gpu","src_path":"/w/crates/service/tests/gpu.rs"},"executable":"/w/target/release/deps/gpu-0123abcd","fresh":false}
+warning: something cargo said in plain text
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(test_executable(messages, "gpu"), Some(PathBuf::from("/w/target/release/deps/gpu-0123abcd")));
+        assert_eq!(test_executable(messages, "leaklab_service"), None, "a library is no test binary");
+        assert_eq!(test_executable("", "gpu"), None);
+    }
+}

@@ -3,7 +3,8 @@
 //! `leaklab scan` with the briefing's flags and its snapshot endpoint. Every leaking incident
 //! fails its budget on the service's exact gauge at the size of what it keeps, and the snapshots
 //! point at the line of the incident's handler where the held tensors were born (the line
-//! `lab reveal` names); the bounded cache passes.
+//! `lab reveal` names), and the diagnosis says tensors are kept alive; the bounded cache
+//! passes. The drill answers as the lab's service does: it is served by the same HTTP layer.
 
 mod common;
 
@@ -51,6 +52,9 @@ fn check(name: &str, per_request: f64) {
     assert_eq!(output.status.code(), Some(1), "{name} must fail its budget: {report}");
     assert_eq!(verdict, "leak", "{name}");
     assert!((slope / per_request - 1.0).abs() < 0.1, "{name}: {slope:.0} B/request, expected {per_request:.0}");
+    // The exact gauge counts live tensors, so the diagnosis says what it is: tensors kept alive.
+    let diagnosis = report["diagnosis"].as_str().unwrap_or_default();
+    assert!(diagnosis.starts_with("Tensors are being kept alive"), "{name}: {diagnosis}");
     let top = &report["who_holds"]["holders"][0];
     let frames: Vec<&str> = std::iter::once(&top["site"]).chain(top["stack"].as_array().unwrap()).filter_map(|f| f.as_str()).collect();
     assert!(frames.iter().any(|f| f.contains(&born)), "{name}: the largest holder's frames {frames:?} do not name {born}");
@@ -101,27 +105,45 @@ fn http(base: &str, method: &str, path: &str, content_type: &str, body: &str) ->
     (status, answer.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
 }
 
+/// The drill is served by the lab service's own HTTP layer: the same validation, error bodies
+/// and answer body. A malformed request keeps nothing, even on the error-path incident (whose
+/// handler keeps what it refuses); too many rows is the service's 413, not a 422.
 #[test]
-fn bad_requests_get_a_4xx_that_says_why_and_keep_nothing() {
+fn the_drill_answers_as_the_service_does_and_bad_requests_keep_nothing() {
     let mut c = Command::new(exercises_exe());
     c.args(["incident", "serve", "--original", "error-path", "--port", "0"]);
     let service = Service::start(c);
     let live = || {
         let (_, text) = http(&service.base, "GET", "/metrics", "text/plain", "");
-        text.lines().find_map(|l| l.strip_prefix(EXACT).map(|v| v.trim().parse::<f64>().unwrap())).unwrap()
+        // The series carries the service's labels too (variant="incident"): match as a selector does.
+        let line = text.lines().find(|l| l.starts_with("leaklab_memory_bytes{") && l.contains("probe=\"cpu_allocator_live\"}")).unwrap_or_else(|| panic!("no exact gauge in\n{text}"));
+        line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap()
     };
     let before = live();
     let json = "application/json";
+    let row = format!("[{}]", vec!["0.5"; 512].join(","));
+    let too_many = format!("{{\"inputs\": [{}]}}", vec![row.as_str(); 1025].join(","));
     for (content_type, body, status, says) in [
         (json, "not json", 400, "Failed to parse"),
-        (json, r#"{"inputs": []}"#, 422, "1 to 1024 rows"),
+        (json, r#"{"inputs": []}"#, 422, "`inputs` is empty"),
         (json, r#"{"inputs": [[1, 2]]}"#, 422, "the model takes 512"),
         (json, r#"{"wrong": 1}"#, 422, "unknown field"),
+        (json, too_many.as_str(), 413, "exceeds the limit of 1024"),
         ("text/plain", "{}", 415, "Content-Type"),
     ] {
         let (got, answer) = http(&service.base, "POST", "/v1/infer", content_type, body);
-        assert_eq!(got, status, "{body}: {answer}");
-        assert!(answer.contains("\"error\"") && answer.contains(says), "{body}: {answer}");
+        assert_eq!(got, status, "{}: {answer}", &body[..body.len().min(40)]);
+        assert!(answer.contains("\"error\"") && answer.contains(says), "{}: {answer}", &body[..body.len().min(40)]);
     }
     assert_eq!(live(), before, "a refused malformed request keeps no tensor, even on the error-path incident");
+    // A good request gets the service's answer body; the same input again comes from the
+    // handler's answers cache, without a forward pass.
+    let good = format!("{{\"inputs\": [{row}]}}");
+    for (request, cached) in [(1, false), (2, true)] {
+        let (got, answer) = http(&service.base, "POST", "/v1/infer", json, &good);
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(got, 200, "{answer}");
+        assert_eq!((answer["request"].as_u64(), answer["cached"].as_bool(), answer["variant"].as_str()), (Some(request), Some(cached), Some("incident")), "{answer}");
+        assert_eq!(answer["outputs"][0].as_array().map(Vec::len), Some(512), "{answer}");
+    }
 }

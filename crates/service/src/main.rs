@@ -97,11 +97,11 @@ fn serve(args: ServeArgs) -> Result<()> {
     if let Some(bytes) = args.cache_bytes {
         config.pipeline.cache_capacity_bytes = bytes;
     }
-    config.debug_endpoints = args.debug_endpoints;
-    config.memory_history_entries = args.memory_history;
-    config.request_timeout = Duration::from_secs(args.timeout_secs);
-    config.memory_budget_bytes = args.memory_budget;
-    config.crash_after = leaklab_service::fault::crash_after(args.variant)?;
+    config.http.debug_endpoints = args.debug_endpoints;
+    config.http.memory_history_entries = args.memory_history;
+    config.http.request_timeout = Duration::from_secs(args.timeout_secs);
+    config.http.memory_budget_bytes = args.memory_budget;
+    config.http.crash_after = leaklab_service::fault::crash_after(args.variant)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(leaklab_service::serve(config, std::net::SocketAddr::new(args.host, args.port)))
 }

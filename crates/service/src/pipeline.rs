@@ -4,11 +4,14 @@
 //! which stage every live block was born. The pipeline is synchronous and runs on one thread per
 //! request (inside `spawn_blocking`): inference mode and memory contexts are thread-local.
 
+use crate::api::{Batch, InferError, Inference};
 use crate::causes::cache::{bucket_rows, FeatureCache};
 use crate::causes::graph::{self, RunningMean};
 use crate::causes::refs::History;
+use crate::http::Handler;
+use crate::sampler::{SampleDepth, Sampler};
 use leaklab_model::{Mlp, ModelConfig};
-use leaklab_probe::{cpu, cuda, MemoryContext, MemorySample, Nvml, Probes};
+use leaklab_probe::{cpu, cuda, MemoryContext, Probes};
 use leaklab_vocab::{Device, Mode, RequestSample, Stage, StageBytes, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::DefaultHasher;
@@ -20,23 +23,6 @@ use tch::{Kind, Tensor};
 pub fn stage_context(stage: Stage) -> MemoryContext {
     static CONTEXTS: std::sync::OnceLock<[MemoryContext; 4]> = std::sync::OnceLock::new();
     CONTEXTS.get_or_init(|| Stage::ALL.map(|s| MemoryContext::named(s.name())))[stage as usize]
-}
-
-/// How much a per-request sample reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleDepth {
-    /// Every probe, NVML included.
-    Full,
-    /// The allocators (atomics, cheap); the process probes are carried over.
-    Allocators,
-}
-
-/// A validated batch: `rows × features` finite f32 values, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Batch {
-    pub rows: usize,
-    pub features: usize,
-    pub values: Vec<f32>,
 }
 
 impl Batch {
@@ -76,22 +62,6 @@ impl PipelineConfig {
     }
 }
 
-/// What one request produced.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Inference {
-    pub request: u64,
-    pub outputs: Vec<Vec<f32>>,
-    pub cached: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum InferError {
-    #[error("the batch has {got} features per row; the model takes {want}")]
-    Shape { got: usize, want: usize },
-    #[error("libtorch failed during {stage}: {message}")]
-    Torch { stage: &'static str, message: String },
-}
-
 pub struct Pipeline {
     pub variant: Variant,
     pub config: PipelineConfig,
@@ -99,10 +69,8 @@ pub struct Pipeline {
     stats: RunningMean,
     history: Option<History>,
     cache: Option<FeatureCache>,
-    probes: Probes,
+    sampler: Sampler,
     requests: u64,
-    /// The last full sample, whose process and NVML figures fast samples carry over.
-    last_full: MemorySample,
 }
 
 impl Pipeline {
@@ -121,8 +89,7 @@ impl Pipeline {
             stats: RunningMean::new(variant.graph()),
             history: variant.refs().map(|m| History::new(m, config.history_capacity)),
             cache: variant.cache().map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
-            last_full: probes.sample(Nvml::Skip),
-            probes,
+            sampler: Sampler::new(probes),
             requests: 0,
         })
     }
@@ -132,7 +99,7 @@ impl Pipeline {
     }
 
     pub fn probes(&self) -> &Probes {
-        &self.probes
+        self.sampler.probes()
     }
 
     pub fn mean_output(&self) -> f64 {
@@ -206,34 +173,21 @@ impl Pipeline {
 
     /// The per-stage live bytes and the allocators, read now; at [`SampleDepth::Full`] also
     /// RSS, the malloc heap and NVML (slow: read them every N requests), else those carried
-    /// from the last full sample.
+    /// from the last full sample ([`Sampler`]).
     pub fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
         let by_context = cpu::live_by_context();
         let stage_live_bytes = StageBytes::from_fn(|s| {
             let ctx = stage_context(s);
             by_context.iter().find(|(c, _)| *c == ctx).map_or(0, |(_, b)| *b)
         });
-        let memory = match depth {
-            SampleDepth::Full => {
-                self.last_full = self.probes.sample(Nvml::Read);
-                self.last_full.clone()
-            }
-            SampleDepth::Allocators => self.probes.sample_allocators(&self.last_full),
-        };
+        let memory = self.sampler.memory(depth);
         RequestSample { request: self.requests, latency_us, stage_live_bytes, memory }
     }
 }
 
 fn stage<T>(stage: Stage, body: impl FnOnce() -> T) -> Result<T, InferError> {
     let _ctx = stage_context(stage).enter();
-    catch_unwind(AssertUnwindSafe(body)).map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown error".into());
-        InferError::Torch { stage: stage.name(), message: message.lines().next().unwrap_or_default().to_string() }
-    })
+    catch_unwind(AssertUnwindSafe(body)).map_err(|panic| InferError::Torch { stage, message: crate::api::panic_message(panic.as_ref()) })
 }
 
 fn postprocess(y: &Tensor) -> Vec<Vec<f32>> {
@@ -241,4 +195,49 @@ fn postprocess(y: &Tensor) -> Vec<Vec<f32>> {
     let cols = y.size()[1] as usize;
     let flat = Vec::<f32>::try_from(y.flatten(0, -1)).expect("a float tensor converts to Vec<f32>");
     flat.chunks(cols).map(<[f32]>::to_vec).collect()
+}
+
+/// What `GET /debug/memory` says about the pipeline, beside the sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipelineState {
+    pub history_len: usize,
+    pub cache_entries: usize,
+    pub mean_output: f64,
+}
+
+/// The lab's service behind the HTTP layer: the pipeline of its variant.
+impl Handler for Pipeline {
+    type State = PipelineState;
+
+    fn name(&self) -> &'static str {
+        self.variant.name()
+    }
+
+    fn model(&self) -> ModelConfig {
+        self.config.model
+    }
+
+    fn infer(&mut self, batch: &Batch) -> Result<Inference, InferError> {
+        Pipeline::infer(self, batch)
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    fn probes(&self) -> &Probes {
+        self.sampler.probes()
+    }
+
+    fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
+        Pipeline::sample(self, latency_us, depth)
+    }
+
+    fn stages(&self) -> bool {
+        true
+    }
+
+    fn state(&self) -> PipelineState {
+        PipelineState { history_len: self.history_len(), cache_entries: self.cache_entries(), mean_output: self.mean_output() }
+    }
 }

@@ -16,7 +16,7 @@ async fn over_budget_requests_are_refused_and_allocation_failures_are_survived()
     // graph-fixed keeps nothing between requests (no cache, no history), so "no growth" is exact.
     let mut config = common::config(Variant::GraphFixed);
     // Room for the model and small batches, not for a batch of 1000 rows (about 40 MB).
-    config.memory_budget_bytes = Some(cpu::stats().live_bytes.max(0) as u64 + (24 << 20));
+    config.http.memory_budget_bytes = Some(cpu::stats().live_bytes.max(0) as u64 + (24 << 20));
     let r = router(config);
     for i in 0..3 {
         assert_eq!(infer(&r, i).await.0, StatusCode::OK);

@@ -16,8 +16,8 @@ fn row(v: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_bad_request_is_refused_clearly_and_leaks_nothing() {
     let mut config = common::config(Variant::Baseline);
-    config.max_batch = 16;
-    config.body_limit_bytes = 256 * 1024;
+    config.http.max_batch = 16;
+    config.http.body_limit_bytes = 256 * 1024;
     let r = router(config);
     // Warm up: first-request allocations (thread pools, lazy kernels) are not the errors' doing.
     for i in 0..3 {

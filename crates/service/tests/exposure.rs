@@ -11,7 +11,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_time_is_answered_408() {
     let mut config = common::config(Variant::Baseline);
-    config.request_timeout = Duration::from_millis(1);
+    config.http.request_timeout = Duration::from_millis(1);
     let r = router(config);
     let body = serde_json::to_vec(&synthetic_request(1, 512, 512)).unwrap();
     let (status, _) = call(&r, "POST", "/v1/infer", Some("application/json"), body).await;
@@ -21,8 +21,8 @@ async fn a_request_past_its_time_is_answered_408() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn body_and_batch_limits_are_enforced_with_413() {
     let mut config = common::config(Variant::Baseline);
-    config.max_batch = 4;
-    config.body_limit_bytes = 64 << 10;
+    config.http.max_batch = 4;
+    config.http.body_limit_bytes = 64 << 10;
     let r = router(config);
     let five_rows = serde_json::to_vec(&synthetic_request(1, 5, 512)).unwrap();
     assert!(five_rows.len() < 64 << 10);

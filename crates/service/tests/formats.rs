@@ -42,7 +42,7 @@ async fn infer_memory_and_metrics_formats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_endpoints_are_off_unless_enabled() {
     let mut config = common::config(Variant::Baseline);
-    config.debug_endpoints = false;
+    config.http.debug_endpoints = false;
     let r = router(config);
     for uri in ["/debug/memory/samples", "/debug/memory/snapshot"] {
         let (status, body) = call(&r, "GET", uri, None, Vec::new()).await;
@@ -55,7 +55,7 @@ async fn debug_endpoints_are_off_unless_enabled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_endpoint_serves_a_memory_viz_pickle() {
     let mut config = common::config(Variant::RefsLeaky);
-    config.memory_history_entries = 10_000;
+    config.http.memory_history_entries = 10_000;
     let r = router(config);
     infer(&r, 1).await;
     let (status, bytes) = call(&r, "GET", "/debug/memory/snapshot", None, Vec::new()).await;

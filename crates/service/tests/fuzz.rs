@@ -55,8 +55,8 @@ fn generated_bad_requests_are_all_refused_with_a_message_and_allocate_nothing() 
     let cases: u32 = std::env::var("LEAKLAB_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut config = common::config(Variant::Baseline);
-    config.max_batch = 8;
-    config.body_limit_bytes = 256 << 10;
+    config.http.max_batch = 8;
+    config.http.body_limit_bytes = 256 << 10;
     let r = router(config);
     rt.block_on(async {
         assert!(common::infer(&r, 0).await.0.is_success());

@@ -8,6 +8,7 @@
 //! - [`variant`]: the eight variants, their causes and modes.
 //! - [`stage`]: the four request stages, and live bytes per stage by name.
 //! - [`sample`]: one memory sample as plain data (allocator, CUDA, NVML, process figures).
+//! - [`device`]: where tensors live, and a `--device` request (`auto` included).
 //! - [`probe`]: one name per memory series, how to read it from a sample, its noise, and which
 //!   one decides on which device.
 //! - [`api`]: the service's request and response bodies, and the synthetic requests.
@@ -15,6 +16,7 @@
 //! - [`rng`]: the one seeded generator behind weights and synthetic inputs.
 
 pub mod api;
+pub mod device;
 pub mod probe;
 pub mod rng;
 pub mod sample;
@@ -23,7 +25,8 @@ pub mod stage;
 pub mod variant;
 
 pub use api::{synthetic_request, ErrorBody, InferRequest, InferResponse};
-pub use probe::{Device, Probe};
+pub use device::{Device, DeviceRequest};
+pub use probe::Probe;
 pub use rng::SeededRng;
 pub use sample::{CpuStats, CudaStats, MemorySample, NvmlReading, RequestSample};
 pub use scale::{ModelConfig, Scale};

@@ -5,54 +5,11 @@
 use crate::sample::MemorySample;
 use serde::{Deserialize, Serialize};
 
-/// Where tensors live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Device {
-    Cpu,
-    Cuda,
-}
-
-impl Device {
-    pub fn name(self) -> &'static str {
-        match self {
-            Device::Cpu => "cpu",
-            Device::Cuda => "cuda",
-        }
-    }
-
-    /// The probe whose verdict decides on this device: the allocator that holds the tensors.
-    pub fn primary_probe(self) -> Probe {
-        match self {
-            Device::Cpu => Probe::CpuAllocator,
-            Device::Cuda => Probe::CudaAllocated,
-        }
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Device, String> {
-        match s {
-            "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda),
-            other => Err(format!("unknown device `{other}`: use `cpu` or `cuda`")),
-        }
-    }
-}
-
-/// A memory series a service's samples carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// A memory series a service's samples carry. It serialises as its [`Probe::name`], the one
+/// place each name is written (tidy checks that no other source spells one out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Probe {
     /// Live bytes of libtorch's CPU tensor storage, counted exactly by the counting allocator.
-    #[serde(rename = "cpu_allocator_live")]
     CpuAllocator,
     /// Resident set size of the process.
     Rss,
@@ -105,10 +62,25 @@ impl Probe {
             Probe::CudaReserved | Probe::NvmlProcess => 64e6,
         }
     }
+}
 
-    /// Whether the probe counts exactly (no noise to allow for).
-    pub fn is_exact(self) -> bool {
-        self.noise_bytes() == 0.0
+impl Serialize for Probe {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Probe {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Probe, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::str::FromStr for Probe {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Probe, String> {
+        Probe::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| format!("unknown probe `{s}`: one of {}", Probe::ALL.map(Probe::name).join(", ")))
     }
 }
 
@@ -130,8 +102,8 @@ mod tests {
         assert_eq!(read, [Some(0), Some(3), Some(4), Some(5), Some(6), None]);
         for p in Probe::ALL {
             assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+            assert_eq!(serde_json::from_value::<Probe>(p.name().into()).unwrap(), p);
         }
-        assert_eq!(Device::Cuda.primary_probe(), Probe::CudaAllocated);
-        assert_eq!(Device::Cpu.primary_probe(), Probe::CpuAllocator);
+        assert!(serde_json::from_value::<Probe>("rss_live".into()).unwrap_err().to_string().contains("unknown probe `rss_live`"));
     }
 }

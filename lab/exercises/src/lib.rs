@@ -6,7 +6,8 @@
 //! halves (every untouched exercise fails its check, every solution passes it) without ever
 //! running the learner's files: a learner's fix cannot turn the test suite red.
 
-use leaklab_detect::{human_bytes, Verdict};
+use leaklab_detect::Verdict;
+use leaklab_report::human_bytes;
 use leaklab_model::{Mlp, Scale};
 use leaklab_probe::guard::TorchLeakCheck;
 use std::cell::RefCell;

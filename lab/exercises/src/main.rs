@@ -21,12 +21,12 @@ enum Command {
     /// Runs an exercise (1 to 4) under the leak check and against the true outputs; `incident`
     /// with --solution runs the drill's reference fix (the learner's copy: `leaklab-incident check`).
     Check {
-        which: String,
+        which: Which,
         #[arg(long)]
         solution: bool,
     },
     /// Restores an exercise, or the incident in progress, to its starting state.
-    Reset { which: String },
+    Reset { which: Which },
     /// The drill's plumbing, run by `cargo xtask lab incident`.
     #[command(subcommand)]
     Incident(IncidentCommand),
@@ -67,7 +67,7 @@ fn main() -> Result<()> {
             println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the four)");
             println!("\nFix one, then `cargo xtask lab check N`; `cargo xtask lab reset N` starts it over. Hints: lab/README.md");
         }
-        Command::Check { which, solution } if which == "incident" => {
+        Command::Check { which: Which::Incident, solution } => {
             if !solution {
                 bail!("the learner's incident is checked by `cargo xtask lab check incident`");
             }
@@ -76,21 +76,19 @@ fn main() -> Result<()> {
             print!("{}", outcome.text);
             std::process::exit(i32::from(!outcome.passed));
         }
-        Command::Check { which, solution } => {
+        Command::Check { which: Which::Exercise(n), solution } => {
             leaklab_probe::cpu::install()?;
-            let n = exercise_number(&which)?;
             let version = if solution { Version::Solution } else { Version::Learner };
             let mut service = leaklab_exercises::service(n, version)?;
             let outcome = leaklab_exercises::check(n, service.as_mut())?;
             print!("{}", outcome.text);
             std::process::exit(i32::from(!outcome.passed));
         }
-        Command::Reset { which } if which == "incident" => {
+        Command::Reset { which: Which::Incident } => {
             drill::reset()?;
             println!("{} restored to the incident's starting state", drill::learner_file().display());
         }
-        Command::Reset { which } => {
-            let n = exercise_number(&which)?;
+        Command::Reset { which: Which::Exercise(n) } => {
             leaklab_exercises::reset(n)?;
             println!("exercise {n} restored to its starting state");
         }
@@ -122,6 +120,24 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-fn exercise_number(which: &str) -> Result<usize> {
-    which.parse().map_err(|_| anyhow::anyhow!("which exercise? 1 to {}, or `incident`", leaklab_exercises::EXERCISES.len()))
+/// What `check` and `reset` act on: an exercise by its number, or the incident drill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Exercise(usize),
+    Incident,
+}
+
+impl std::str::FromStr for Which {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Which, String> {
+        match s {
+            "incident" => Ok(Which::Incident),
+            n => n
+                .parse()
+                .ok()
+                .filter(|n| leaklab_exercises::info(*n).is_ok())
+                .map(Which::Exercise)
+                .ok_or_else(|| format!("which exercise? 1 to {}, or `incident`; got `{s}`", leaklab_exercises::EXERCISES.len())),
+        }
+    }
 }

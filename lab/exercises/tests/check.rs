@@ -58,6 +58,6 @@ fn no_test_runs_the_learners_files() {
     for e in &EXERCISES {
         let original = std::fs::read_to_string(root.join("original").join(e.file)).unwrap();
         let solution = std::fs::read_to_string(root.join("../solutions").join(e.file)).unwrap();
-        assert_ne!(original, solution, "exercise {} has a solution that differs from it", e.number);
+        assert_ne!(original, solution, "exercise {}'s solution is its original, unchanged: there is nothing to fix", e.number);
     }
 }

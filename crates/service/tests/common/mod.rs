@@ -17,7 +17,7 @@ pub fn config(variant: Variant) -> ServiceConfig {
     // Five entries' worth, so the fixed cache is full after five requests.
     pipeline.cache_capacity_bytes = 5 * 4 * BATCH * 512;
     let mut config = ServiceConfig::new(variant, pipeline);
-    config.debug_endpoints = true;
+    config.http.debug_endpoints = true;
     config
 }
 

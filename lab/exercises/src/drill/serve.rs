@@ -1,32 +1,22 @@
-//! The incident's service over HTTP, as the learner meets it: `POST /v1/infer` (the lab
-//! service's request and answer bodies), `GET /metrics` (every memory probe, exact allocator
-//! included, and the handler's own gauges), `GET /debug/memory/snapshot` (the memory_viz
-//! pickle, each block with the native stack that allocated it) and `GET /healthz`.
+//! The incident's service over HTTP, as the learner meets it: the lab service's own HTTP layer
+//! (`leaklab_service::http`) serving the incident's handler, so the drill answers exactly as
+//! the service does: `POST /v1/infer` (the same request and answer bodies, validation and
+//! error bodies), `GET /metrics` (every memory probe, exact allocator included, and the
+//! handler's own gauges), `GET /debug/memory/snapshot` (the memory_viz pickle, each block with
+//! the native stack that allocated it), `GET /debug/memory` and `GET /healthz`.
 //!
 //! It binds loopback only. The handler runs on a blocking thread while holding the one worker
 //! lock, so inference mode (thread-local) stays on one thread; a handler that panics answers
 //! 500 and the service goes on.
 
-use super::{Incident, Stats, FEATURES};
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use leaklab_model::{Mlp, Scale};
-use leaklab_probe::{cpu, snapshot, Nvml, Probes};
-use leaklab_vocab::{ErrorBody, InferRequest, Probe};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use super::{Incident, Stats};
+use leaklab_model::{Mlp, ModelConfig, Scale};
+use leaklab_probe::{cpu, Probes};
+use leaklab_service::api::{Batch, InferError, Inference};
+use leaklab_service::metrics::OwnGauge;
+use leaklab_service::{App, Handler, HttpConfig, SampleDepth, Sampler};
+use leaklab_vocab::{Probe, RequestSample, StageBytes};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
-
-/// The most rows one request may carry.
-pub const MAX_ROWS: usize = 1024;
 
 /// The flags of `cargo xtask lab incident`, shared by the steps it runs (each takes its own).
 #[derive(Debug, Clone, clap::Args)]
@@ -69,7 +59,7 @@ In another terminal, at the repository's root:
   1. Is it a leak, how fast, and when does a pod run out?
      {leaklab} scan {base}/v1/infer --body {traffic} \\
          --header 'content-type: application/json' --vary --pid {pid} \\
-         --metrics {base}/metrics --series 'leaklab_memory_bytes{{probe=\"cpu_allocator_live\"}}' \\
+         --metrics {base}/metrics --series 'leaklab_memory_bytes{{probe=\"{exact}\"}}' \\
          --capacity 16GiB --rate 40 --snapshot {base}/debug/memory/snapshot
   2. Which lines hold it? (The scan's report names them; for the whole stacks:) a snapshot,
      more traffic (the scan again, with --requests 200), a second snapshot, the difference:
@@ -81,141 +71,94 @@ In another terminal, at the repository's root:
   4. cargo xtask lab reveal    says what it was.
 
 ",
-        n = super::traffic::CAPTURED
+        n = super::traffic::CAPTURED,
+        exact = Probe::CpuAllocator.name()
     )
 }
 
-struct Worker {
-    handler: Box<dyn Incident>,
+/// An incident's handler behind the service's HTTP layer.
+pub struct IncidentHandler {
+    incident: Box<dyn Incident>,
     model: Mlp,
+    sampler: Sampler,
+    requests: u64,
 }
 
-struct App {
-    worker: Arc<Mutex<Worker>>,
-    probes: Probes,
+impl IncidentHandler {
+    /// `incident`'s handler over the lab model (built here, on the CPU).
+    pub fn new(incident: Box<dyn Incident>) -> anyhow::Result<IncidentHandler> {
+        cpu::install()?;
+        Ok(IncidentHandler { incident, model: Mlp::new(Scale::Default.config(), tch::Device::Cpu), sampler: Sampler::new(Probes::cpu()), requests: 0 })
+    }
 }
 
-#[derive(serde::Serialize)]
-struct Answers {
-    outputs: Vec<Vec<f32>>,
+impl Handler for IncidentHandler {
+    type State = Stats;
+
+    /// Every incident's service is called this: the name gives nothing away.
+    fn name(&self) -> &'static str {
+        "incident"
+    }
+
+    fn model(&self) -> ModelConfig {
+        Scale::Default.config()
+    }
+
+    fn infer(&mut self, batch: &Batch) -> Result<Inference, InferError> {
+        // A cached answer is one the handler gave without running the model.
+        let before = self.model.forward_calls();
+        let flat = self.incident.handle(&self.model, batch.rows, &batch.values).map_err(InferError::Refused)?;
+        let cached = self.model.forward_calls() == before;
+        self.requests += 1;
+        let width = (flat.len() / batch.rows).max(1);
+        Ok(Inference { request: self.requests, outputs: flat.chunks(width).map(<[f32]>::to_vec).collect(), cached })
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    fn probes(&self) -> &Probes {
+        self.sampler.probes()
+    }
+
+    fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
+        // The handler runs in no stage context: every byte it keeps is in the default one.
+        RequestSample { request: self.requests, latency_us, stage_live_bytes: StageBytes::default(), memory: self.sampler.memory(depth) }
+    }
+
+    fn stages(&self) -> bool {
+        false
+    }
+
+    fn state(&self) -> Stats {
+        self.incident.stats()
+    }
+
+    fn gauges(&self) -> Vec<OwnGauge> {
+        let s = self.incident.stats();
+        vec![
+            OwnGauge { name: "incident_served", help: "Requests the handler answered", value: s.served as f64 },
+            OwnGauge { name: "incident_refused", help: "Requests the handler refused", value: s.rejected as f64 },
+            OwnGauge { name: "incident_cache_entries", help: "Answers in the answers cache", value: s.cache_entries as f64 },
+            OwnGauge { name: "incident_mean_output", help: "Mean of every answer's mean", value: s.mean_output },
+            OwnGauge { name: "incident_drift_window_mean", help: "Mean of the recent answers' means (the drift monitor)", value: s.recent_mean },
+        ]
+    }
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(ErrorBody { error: message.into() })).into_response()
+/// How the drill serves: the service's defaults, with the snapshot route on and the allocation
+/// history it needs recorded.
+pub fn http_config(history: usize) -> HttpConfig {
+    let mut config = HttpConfig::new(Scale::Default.config());
+    config.debug_endpoints = true;
+    config.memory_history_entries = history;
+    config
 }
 
-/// Serves `handler` on 127.0.0.1 until interrupted; `started` hears the bound address first.
-pub fn run(handler: Box<dyn Incident>, args: &IncidentArgs, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
-    cpu::install()?;
-    cpu::record_history(args.history);
-    let model = Mlp::new(Scale::Default.config(), tch::Device::Cpu);
-    let app = Arc::new(App { worker: Arc::new(Mutex::new(Worker { handler, model })), probes: Probes::cpu() });
-    let port = args.port;
+/// Serves `incident` on 127.0.0.1 until interrupted; `started` hears the bound address first.
+pub fn run(incident: Box<dyn Incident>, args: &IncidentArgs, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+    let app = App::new(IncidentHandler::new(incident)?, http_config(args.history))?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
-        started(listener.local_addr()?);
-        let router = Router::new()
-            .route("/v1/infer", post(infer))
-            .route("/metrics", get(metrics))
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/debug/memory/snapshot", get(memory_snapshot))
-            .layer(DefaultBodyLimit::max(16 << 20))
-            .with_state(app);
-        axum::serve(listener, router).with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok(); }).await?;
-        Ok(())
-    })
-}
-
-/// Runs `work` with the worker on a blocking thread; a panic in the handler becomes a 500.
-async fn with_worker<T: Send + 'static>(app: &App, work: impl FnOnce(&mut Worker) -> T + Send + 'static) -> Result<T, Response> {
-    let worker = app.worker.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut w = worker.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut w)))
-    })
-    .await
-    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("the worker failed: {e}")))?
-    .map_err(|panic| {
-        let why = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-        error(StatusCode::INTERNAL_SERVER_ERROR, format!("the handler panicked: {}", why.lines().next().unwrap_or("")))
-    })
-}
-
-async fn infer(State(app): State<Arc<App>>, body: Result<Json<InferRequest>, JsonRejection>) -> Response {
-    let request = match body {
-        Ok(Json(r)) => r,
-        Err(e) => return error(e.status(), e.body_text()),
-    };
-    let rows = request.inputs.len();
-    if rows == 0 || rows > MAX_ROWS {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, format!("`inputs` must hold 1 to {MAX_ROWS} rows; it holds {rows}"));
-    }
-    if let Some((i, row)) = request.inputs.iter().enumerate().find(|(_, r)| r.len() != FEATURES as usize) {
-        return error(StatusCode::UNPROCESSABLE_ENTITY, format!("row {i} has {} values; the model takes {FEATURES}", row.len()));
-    }
-    let values: Vec<f32> = request.inputs.concat();
-    match with_worker(&app, move |w| w.handler.handle(&w.model, rows, &values)).await {
-        Ok(Ok(flat)) => {
-            let width = flat.len() / rows;
-            Json(Answers { outputs: flat.chunks(width.max(1)).map(<[f32]>::to_vec).collect() }).into_response()
-        }
-        Ok(Err(reason)) => error(StatusCode::UNPROCESSABLE_ENTITY, reason),
-        Err(response) => response,
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProbeLabel {
-    probe: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: String,
-}
-
-/// Prometheus text: `leaklab_memory_bytes{probe=...}` under the lab's probe names, and the
-/// handler's gauges.
-fn encode(memory: &leaklab_probe::MemorySample, stats: Stats) -> String {
-    let mut registry = Registry::with_prefix("leaklab");
-    let bytes = Family::<ProbeLabel, Gauge>::default();
-    registry.register("memory_bytes", "Memory as each probe sees it (cpu_allocator_live is exact)", bytes.clone());
-    for p in Probe::ALL {
-        if let Some(v) = p.read(memory) {
-            bytes.get_or_create(&ProbeLabel { probe: p.name().into() }).set(v);
-        }
-    }
-    let requests = Family::<OutcomeLabel, Gauge>::default();
-    registry.register("incident_requests", "Requests the handler served or refused", requests.clone());
-    requests.get_or_create(&OutcomeLabel { outcome: "served".into() }).set(stats.served as i64);
-    requests.get_or_create(&OutcomeLabel { outcome: "refused".into() }).set(stats.rejected as i64);
-    let entries = Gauge::<i64>::default();
-    registry.register("incident_cache_entries", "Answers in the answers cache", entries.clone());
-    entries.set(stats.cache_entries as i64);
-    for (name, help, value) in [("incident_mean_output", "Mean of every answer's mean", stats.mean_output), ("incident_drift_window_mean", "Mean of the recent answers' means (the drift monitor)", stats.recent_mean)] {
-        let g = Gauge::<f64, AtomicU64>::default();
-        g.set(value);
-        registry.register(name, help, g);
-    }
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String cannot fail");
-    out
-}
-
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let stats = match with_worker(&app, |w| w.handler.stats()).await {
-        Ok(s) => s,
-        Err(response) => return response,
-    };
-    let memory = app.probes.sample(Nvml::Skip);
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], encode(&memory, stats)).into_response()
-}
-
-async fn memory_snapshot() -> Response {
-    match tokio::task::spawn_blocking(snapshot::cpu_snapshot_pickle).await {
-        Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, "application/octet-stream"), (header::CONTENT_DISPOSITION, "attachment; filename=\"memory_snapshot.pickle\"")], bytes).into_response(),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    runtime.block_on(leaklab_service::serve_app(app, SocketAddr::from(([127, 0, 0, 1], args.port)), started))
 }
