@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: the criterion groups (the fixes, the probes and native-stack capture,
-//! snapshot explain on 1 GB, fleet judging), then the HTTP comparison with the Python twin
-//! (`leaklab bench`); writes docs/benchmarks.md.
+//! snapshot explain of every writer's shape at 1 GB and of 5 GB, fleet judging), then the HTTP
+//! comparison with the Python twin (`leaklab bench`); writes docs/benchmarks.md.
 
 use crate::process::run;
 use crate::provision::Torch;

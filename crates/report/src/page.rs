@@ -241,7 +241,7 @@ fn draw_table(table: &Table) -> Markup {
 /// escaped. An odd backtick leaves the text as it is.
 fn inline(text: &str) -> Markup {
     let parts: Vec<&str> = text.split('`').collect();
-    if parts.len() % 2 == 0 {
+    if parts.len().is_multiple_of(2) {
         return html! { (text) };
     }
     html! {

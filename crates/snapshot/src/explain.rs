@@ -2,7 +2,9 @@
 //! named by the first frame in the user's own code; what was allocated after a point and never
 //! freed; and the allocator's side, reserved but unallocated bytes per segment.
 
-use crate::model::{Action, BlockState, Frame, Snapshot, Stack};
+use crate::build::cut;
+use crate::model::{BlockState, Frame, Snapshot, StackId, Survivor, Trace};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
@@ -41,15 +43,17 @@ pub struct View {
 }
 
 impl View {
-    /// The frames that identify a stack in this view: the user's frames, or all of them when
-    /// the stack has no user frame at all (so it is not lumped with every other such stack).
-    pub fn frames(&self, stack: &Stack) -> Vec<Frame> {
+    /// The frames that identify a stack in this view, as indexes into the snapshot's frame
+    /// table: the user's frames, or all of them when the stack has no user frame at all (so it
+    /// is not lumped with every other such stack).
+    pub fn frames(&self, snapshot: &Snapshot, stack: StackId) -> Vec<u32> {
+        let all = snapshot.stack_frames(stack);
         if self.all_frames {
-            return stack.to_vec();
+            return all.to_vec();
         }
-        let user: Vec<Frame> = stack.iter().filter(|f| !is_internal(f)).cloned().collect();
+        let user: Vec<u32> = all.iter().copied().filter(|&f| !is_internal(snapshot.frame(f))).collect();
         if user.is_empty() {
-            stack.to_vec()
+            all.to_vec()
         } else {
             user
         }
@@ -71,28 +75,33 @@ pub fn site(frame: &Frame) -> String {
     format!("{}:{} in {}", frame.filename, frame.line, frame.name)
 }
 
-/// Groups `(stack, bytes)` pairs by their frames in `view`, largest first.
-pub fn group<'a>(items: impl IntoIterator<Item = (&'a Stack, u64)>, view: View) -> Vec<Holder> {
-    let mut by_stack: HashMap<*const [Frame], (Vec<Frame>, u64, u64)> = HashMap::new();
+/// Groups `(stack, bytes)` pairs of `snapshot` by their frames in `view`, largest first.
+pub fn group(snapshot: &Snapshot, items: impl IntoIterator<Item = (StackId, u64)>, view: View) -> Vec<Holder> {
+    let mut by_stack: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
     for (stack, bytes) in items {
-        let entry = by_stack.entry(std::rc::Rc::as_ptr(stack)).or_insert_with(|| (view.frames(stack), 0, 0));
-        entry.1 += bytes;
-        entry.2 += 1;
+        let e = by_stack.entry(stack).or_default();
+        e.0 += bytes;
+        e.1 += 1;
     }
+    holders(snapshot, by_stack, view)
+}
+
+/// Holders from bytes and blocks per stack.
+fn holders(snapshot: &Snapshot, by_stack: FxHashMap<StackId, (u64, u64)>, view: View) -> Vec<Holder> {
     // Interned stacks that differ only in filtered-out frames fold together here.
-    let mut merged: HashMap<Vec<Frame>, (u64, u64)> = HashMap::new();
-    for (_, (frames, bytes, blocks)) in by_stack {
-        let e = merged.entry(frames).or_default();
+    let mut merged: HashMap<Vec<u32>, (u64, u64)> = HashMap::new();
+    for (stack, (bytes, blocks)) in by_stack {
+        let e = merged.entry(view.frames(snapshot, stack)).or_default();
         e.0 += bytes;
         e.1 += blocks;
     }
     let mut holders: Vec<Holder> = merged
         .into_iter()
         .map(|(frames, (bytes, blocks))| Holder {
-            site: frames.first().map_or("<no stack recorded>".into(), site),
+            site: frames.first().map_or("<no stack recorded>".into(), |&f| site(snapshot.frame(f))),
             bytes,
             blocks,
-            stack: frames.iter().skip(1).map(site).collect(),
+            stack: frames.iter().skip(1).map(|&f| site(snapshot.frame(f))).collect(),
         })
         .collect();
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
@@ -160,18 +169,24 @@ pub fn explain(snapshot: &Snapshot, view: View, since: Option<Since>) -> Explana
     let mut reserved = 0;
     let mut allocated = 0;
     let mut pending = 0;
-    let mut live = Vec::new();
-    let mut fragmented = Vec::new();
+    // Bytes and blocks per stack; stack ids are dense, so a vector rather than a map.
+    let mut live: Vec<(u64, u64)> = vec![(0, 0); snapshot.stack_count()];
+    // The ten segments with the most reserved-but-unallocated bytes, kept as they come: a
+    // snapshot may have millions of segments.
+    let mut fragmented: Vec<SegmentUse> = Vec::with_capacity(11);
     for seg in &snapshot.segments {
         reserved += seg.total_size;
         let mut seg_alloc = 0;
         let mut largest_free = 0;
-        for b in &seg.blocks {
+        for b in snapshot.blocks(seg) {
             match b.state {
                 BlockState::ActiveAllocated => {
                     allocated += b.size;
                     seg_alloc += b.size;
-                    live.push((&b.stack, b.size));
+                    if let Some(e) = live.get_mut(b.stack.0 as usize) {
+                        e.0 += b.size;
+                        e.1 += 1;
+                    }
                 }
                 BlockState::ActivePendingFree => {
                     pending += b.size;
@@ -181,24 +196,23 @@ pub fn explain(snapshot: &Snapshot, view: View, since: Option<Since>) -> Explana
             }
         }
         let unallocated = seg.total_size.saturating_sub(seg_alloc);
-        if unallocated > 0 {
-            fragmented.push(SegmentUse { address: seg.address, segment_type: seg.segment_type.to_string(), reserved: seg.total_size, allocated: seg_alloc, unallocated, largest_free_block: largest_free });
+        let order = |u: &SegmentUse| (std::cmp::Reverse(u.unallocated), u.address);
+        if unallocated > 0 && (fragmented.len() < 10 || (std::cmp::Reverse(unallocated), seg.address) < order(&fragmented[9])) {
+            let at = fragmented.partition_point(|u| order(u) <= (std::cmp::Reverse(unallocated), seg.address));
+            fragmented.insert(at, SegmentUse { address: seg.address, segment_type: snapshot.segment_type(seg).to_string(), reserved: seg.total_size, allocated: seg_alloc, unallocated, largest_free_block: largest_free });
+            fragmented.truncate(10);
         }
     }
-    fragmented.sort_by(|a, b| b.unallocated.cmp(&a.unallocated).then(a.address.cmp(&b.address)));
-    fragmented.truncate(10);
-    let trace: &[crate::model::TraceEntry] = snapshot.traces.iter().max_by_key(|t| t.len()).map_or(&[], Vec::as_slice);
+    let trace = longest_trace(snapshot);
     let since = since.map(|point| {
-        let from = match point {
-            Since::Event(i) => i.min(trace.len()),
-            Since::Seconds(s) => {
-                let t0 = trace.iter().find_map(|e| e.time_us).unwrap_or(0);
-                let cut = t0 + (s * 1e6) as i64;
-                trace.iter().position(|e| e.time_us.is_some_and(|t| t >= cut)).unwrap_or(trace.len())
-            }
-        };
-        let kept = allocated_and_kept(&trace[from..]);
-        SinceReport { from_event: from, events: trace.len() - from, bytes: kept.iter().map(|(_, b)| b).sum(), holders: group(kept, view) }
+        let from = trace.map_or(0, |t| position(t, point));
+        let kept = trace.map_or(&[][..], |t| survivors_from(t, from));
+        SinceReport {
+            from_event: from,
+            events: trace.map_or(0, |t| t.len() - from),
+            bytes: kept.iter().map(|s| s.size).sum(),
+            holders: group(snapshot, kept.iter().map(|s| (s.stack, s.size)), view),
+        }
     });
     Explanation {
         segments: snapshot.segments.len(),
@@ -206,29 +220,34 @@ pub fn explain(snapshot: &Snapshot, view: View, since: Option<Since>) -> Explana
         allocated_bytes: allocated,
         pending_free_bytes: pending,
         unallocated_bytes: reserved.saturating_sub(allocated + pending),
-        holders: group(live, view),
+        holders: holders(snapshot, live.into_iter().enumerate().filter(|(_, (_, n))| *n > 0).map(|(id, e)| (StackId(id as u32), e)).collect(), view),
         fragmented_segments: fragmented,
         since,
-        trace_events: trace.len(),
+        trace_events: trace.map_or(0, Trace::len),
     }
 }
 
-/// The allocations in `events` with no free after them: memory that crossed the point.
-fn allocated_and_kept(events: &[crate::model::TraceEntry]) -> Vec<(&Stack, u64)> {
-    let mut live: HashMap<u64, (&Stack, u64)> = HashMap::new();
-    for e in events {
-        match e.action {
-            Action::Alloc => {
-                live.insert(e.addr, (&e.stack, e.size));
-            }
-            // The tensor let go of it: it no longer holds memory, whatever the stream does.
-            Action::FreeRequested | Action::FreeCompleted => {
-                live.remove(&e.addr);
-            }
-            _ => {}
+/// The trace `explain` reads: the longest (the last of equals), as devices other than the one
+/// in use record little.
+pub fn longest_trace(snapshot: &Snapshot) -> Option<&Trace> {
+    snapshot.traces.iter().max_by_key(|t| t.len())
+}
+
+/// The index of the first event at or after `point` in `trace` (its length if none is).
+pub fn position(trace: &Trace, point: Since) -> usize {
+    match point {
+        Since::Event(i) => i.min(trace.len()),
+        Since::Seconds(s) => {
+            let cut = cut(trace.times.first_time().unwrap_or(0), s);
+            trace.times.first_at_or_after(cut).map_or(trace.len(), |i| i as usize)
         }
     }
-    live.into_values().collect()
+}
+
+/// The allocations from event `from` on that nothing freed: memory that crossed the point.
+fn survivors_from(trace: &Trace, from: usize) -> &[Survivor] {
+    let start = trace.survivors.partition_point(|s| s.index < from as u64);
+    &trace.survivors[start..]
 }
 
 /// Blocks live in `after` and not in `before`: the memory that accumulated between the two.
@@ -245,17 +264,42 @@ pub struct Difference {
 }
 
 pub fn diff(before: &Snapshot, after: &Snapshot, view: View, requests: Option<(u64, u64)>) -> Difference {
-    let live = |s: &Snapshot| s.segments.iter().flat_map(|seg| seg.blocks.iter()).filter(|b| b.state == BlockState::ActiveAllocated).cloned().collect::<Vec<_>>();
-    let (old, new) = (live(before), live(after));
-    let seen: HashSet<(u64, u64, &[Frame])> = old.iter().map(|b| (b.address, b.size, &*b.stack)).collect();
-    let added: Vec<_> = new.iter().filter(|b| !seen.contains(&(b.address, b.size, &*b.stack))).collect();
-    let bytes: u64 = added.iter().map(|b| b.size).sum();
+    // The two snapshots intern their stacks apart: compare stacks by their frames' texts, each
+    // distinct stack once.
+    fn live<'s>(snapshot: &'s Snapshot, canonical: &mut HashMap<Vec<(&'s str, i64, &'s str)>, u32>) -> (Vec<(u64, u64, u32)>, u64) {
+        let mut ids: FxHashMap<StackId, u32> = FxHashMap::default();
+        let mut blocks = Vec::new();
+        let mut bytes = 0;
+        for b in snapshot.segments.iter().flat_map(|s| snapshot.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated) {
+            let id = *ids.entry(b.stack).or_insert_with(|| {
+                let text = snapshot.stack(b.stack).map(|f| (&*f.filename, f.line, &*f.name)).collect();
+                let next = canonical.len() as u32;
+                *canonical.entry(text).or_insert(next)
+            });
+            blocks.push((b.address, b.size, id));
+            bytes += b.size;
+        }
+        (blocks, bytes)
+    }
+    let mut canonical = HashMap::new();
+    let (old, before_bytes) = live(before, &mut canonical);
+    let seen: HashSet<(u64, u64, u32)> = old.into_iter().collect();
+    let added: Vec<_> = after
+        .segments
+        .iter()
+        .flat_map(|s| after.blocks(s))
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .zip(live(after, &mut canonical).0)
+        .filter(|(_, key)| !seen.contains(key))
+        .map(|(b, _)| (b.stack, b.size))
+        .collect();
+    let bytes: u64 = added.iter().map(|(_, size)| size).sum();
     Difference {
         bytes,
         blocks: added.len() as u64,
         bytes_per_request: requests.filter(|(a, b)| b > a).map(|(a, b)| bytes as f64 / (b - a) as f64),
-        holders: group(added.iter().map(|b| (&b.stack, b.size)), view),
-        before_bytes: old.iter().map(|b| b.size).sum(),
-        after_bytes: new.iter().map(|b| b.size).sum(),
+        holders: group(after, added, view),
+        before_bytes,
+        after_bytes: after.segments.iter().flat_map(|s| after.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum(),
     }
 }

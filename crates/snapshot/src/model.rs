@@ -1,25 +1,29 @@
-//! The snapshot as typed data: segments with their blocks, and each device's trace, from the
-//! dict that `torch.cuda.memory._snapshot()` returns (and `_dump_snapshot` pickles). Unknown
-//! keys from newer PyTorch versions are ignored; a missing key that the analysis needs is an
-//! error that names where it was missing.
+//! The snapshot as typed data: segments with their blocks, each device's trace folded into
+//! what the answers need, and one table of the distinct frames and stacks that every block and
+//! event refers to, from the dict that `torch.cuda.memory._snapshot()` returns (and
+//! `_dump_snapshot` pickles).
 //!
-//! Stacks are interned: a snapshot repeats the same few hundred stacks over millions of
-//! blocks and events, so each distinct stack is kept once and blocks refer to it.
+//! A trace is not kept event by event: what `explain --since` asks of it is which allocations
+//! were never freed and when each event happened, so [`Trace`] holds the allocations that
+//! survive to the end (the last event at their address is the allocation) and a compact index
+//! of the times; the events themselves are kept only in a window asked for in advance, for
+//! `snapshot trim`. Stacks are interned: a snapshot repeats the same few hundred stacks over
+//! millions of blocks and events, so a block holds a [`StackId`], four bytes.
 
-use crate::pickle::Value;
 use serde::Serialize;
-use rustc_hash::FxHashMap as HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
-    pub filename: Rc<str>,
+    pub filename: Arc<str>,
     pub line: i64,
-    pub name: Rc<str>,
+    pub name: Arc<str>,
 }
 
-/// An interned stack: innermost frame first, as PyTorch records them.
-pub type Stack = Rc<[Frame]>;
+/// A stack in the snapshot's table (innermost frame first, as PyTorch records them); 0 is the
+/// empty stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
 
 /// A block's state in its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,23 +38,151 @@ pub enum BlockState {
     Inactive,
 }
 
-#[derive(Debug, Clone)]
+impl BlockState {
+    /// The name PyTorch writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block {
     pub address: u64,
     pub size: u64,
     pub requested_size: u64,
+    pub stack: StackId,
     pub state: BlockState,
-    pub stack: Stack,
 }
 
-#[derive(Debug, Clone)]
+/// A block's address when its dict has none (`_profile_to_snapshot` writes none): the end of
+/// the block before it, or its segment's address for the first.
+pub(crate) const NO_ADDRESS: u64 = u64::MAX;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
+    pub device: i64,
     pub address: u64,
     pub total_size: u64,
     pub stream: i64,
-    pub segment_type: Rc<str>,
-    pub blocks: Vec<Block>,
+    /// Its type (`large`, `small`: a handful in a snapshot), by index: read it with
+    /// [`Snapshot::segment_type`]. A snapshot may have millions of segments.
+    pub(crate) segment_type: u32,
+    /// Where its blocks start in the snapshot's block bytes, and how many: read them with
+    /// [`Snapshot::blocks`].
+    pub(crate) blocks_at: usize,
+    pub(crate) block_count: u32,
 }
+
+impl Segment {
+    pub fn block_count(&self) -> usize {
+        self.block_count as usize
+    }
+}
+
+/// A list's blocks, encoded as they arrive in a few bytes each: a flags byte (state, whether
+/// the address is written, whether the size is in 512-byte units), the size, the requested
+/// size's difference from it, the address (only when it is not where the previous block ends)
+/// and the stack id, all varints. A block costs six or seven bytes rather than thirty-two.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BlockRun {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) count: u32,
+    /// Where the last block ends, when the encoder knows (not after a first block without an
+    /// address): the base of the next written address.
+    prev_end: Option<u64>,
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+impl BlockRun {
+    /// Appends `b` to this run in `bytes`. A run whose bytes are not at the end any more
+    /// (another list's came after: no writer does that) is moved there first.
+    pub(crate) fn push(&mut self, bytes: &mut Vec<u8>, b: &Block) {
+        if self.end != bytes.len() || self.count == 0 {
+            let old = self.start..self.end;
+            self.start = bytes.len();
+            bytes.extend_from_within(old);
+            self.end = bytes.len();
+        }
+        let state = match b.state {
+            BlockState::ActiveAllocated => 0,
+            BlockState::ActivePendingFree => 1,
+            BlockState::Inactive => 2,
+        };
+        let written = b.address != NO_ADDRESS && Some(b.address) != self.prev_end;
+        let units = b.size.is_multiple_of(512);
+        // At most a flags byte and four varints of ten bytes: room made once.
+        bytes.reserve(41);
+        bytes.push(state | (written as u8) << 2 | (units as u8) << 3);
+        put_varint(bytes, if units { b.size / 512 } else { b.size });
+        put_varint(bytes, zigzag(b.size.wrapping_sub(b.requested_size) as i64));
+        if written {
+            put_varint(bytes, zigzag(b.address.wrapping_sub(self.prev_end.unwrap_or(0)) as i64));
+        }
+        put_varint(bytes, b.stack.0 as u64);
+        self.prev_end = match (written, self.prev_end) {
+            (true, _) => Some(b.address.wrapping_add(b.size)),
+            (false, Some(p)) if b.address == NO_ADDRESS || b.address == p => Some(p.wrapping_add(b.size)),
+            _ => None,
+        };
+        self.end = bytes.len();
+        self.count += 1;
+    }
+}
+
+/// The blocks of a segment, decoded.
+#[derive(Clone)]
+pub struct Blocks<'s> {
+    bytes: &'s [u8],
+    at: usize,
+    left: u32,
+    /// Where the previous block ends; and the encoder's view of it.
+    next: u64,
+    known: Option<u64>,
+}
+
+impl Iterator for Blocks<'_> {
+    type Item = Block;
+
+    fn next(&mut self) -> Option<Block> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let flags = *self.bytes.get(self.at)?;
+        self.at += 1;
+        let code = get_varint(self.bytes, &mut self.at);
+        let size = if flags & 8 != 0 { code.wrapping_mul(512) } else { code };
+        let requested_size = size.wrapping_sub(unzigzag(get_varint(self.bytes, &mut self.at)) as u64);
+        let written = flags & 4 != 0;
+        let address = if written { self.known.unwrap_or(0).wrapping_add(unzigzag(get_varint(self.bytes, &mut self.at)) as u64) } else { self.next };
+        let stack = StackId(get_varint(self.bytes, &mut self.at) as u32);
+        let state = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive][(flags & 3).min(2) as usize];
+        self.next = address.wrapping_add(size);
+        self.known = match (written, self.known) {
+            (true, _) | (false, Some(_)) => Some(self.next),
+            (false, None) => None,
+        };
+        Some(Block { address, size, requested_size, stack, state })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Blocks<'_> {}
 
 /// What one trace entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -70,37 +202,201 @@ pub enum Action {
 }
 
 impl Action {
-    fn parse(s: &str) -> Action {
-        match s {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "oom" => Action::Oom,
-            "snapshot" => Action::Snapshot,
-            _ => Action::Other,
-        }
-    }
+    pub const KNOWN: [(&'static str, Action); 9] = [
+        ("alloc", Action::Alloc),
+        ("free_requested", Action::FreeRequested),
+        ("free_completed", Action::FreeCompleted),
+        ("segment_alloc", Action::SegmentAlloc),
+        ("segment_free", Action::SegmentFree),
+        ("segment_map", Action::SegmentMap),
+        ("segment_unmap", Action::SegmentUnmap),
+        ("oom", Action::Oom),
+        ("snapshot", Action::Snapshot),
+    ];
 }
 
-#[derive(Debug, Clone)]
+/// One event of a trace window, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEntry {
     pub action: Action,
+    /// The text of an action this reader does not know, so that `trim` writes it back as is.
+    pub other_action: Option<Arc<str>>,
     pub addr: u64,
     pub size: u64,
     pub stream: i64,
     pub time_us: Option<i64>,
-    pub stack: Stack,
+    /// Free device memory at an out-of-memory event.
+    pub device_free: Option<u64>,
+    pub stack: StackId,
 }
 
-#[derive(Debug, Clone, Default)]
+/// An allocation of the trace that nothing freed: the last event at its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Survivor {
+    /// Its event's index in the trace.
+    pub index: u64,
+    pub size: u64,
+    pub stack: StackId,
+}
+
+/// The times of a trace, enough to find the first event at or after any time: the events that
+/// raise the running maximum of `time_us`, delta-encoded as varints (two or three bytes an
+/// event rather than sixteen).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimeIndex {
+    first: Option<(u64, i64)>,
+    last: (u64, i64),
+    deltas: Vec<u8>,
+}
+
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+fn get_varint(bytes: &[u8], at: &mut usize) -> u64 {
+    // Most are one or two bytes: those without a loop.
+    match bytes.get(*at..*at + 2) {
+        Some(&[b, _]) if b < 0x80 => {
+            *at += 1;
+            return b as u64;
+        }
+        Some(&[b, c]) if c < 0x80 => {
+            *at += 2;
+            return (b & 0x7f) as u64 | (c as u64) << 7;
+        }
+        _ => {}
+    }
+    let (mut v, mut shift) = (0u64, 0);
+    while let Some(&b) = bytes.get(*at) {
+        *at += 1;
+        v |= ((b & 0x7f) as u64) << shift.min(63);
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    v
+}
+
+impl TimeIndex {
+    /// Records that event `index` happened at `time_us` (indexes increasing).
+    pub fn push(&mut self, index: u64, time_us: i64) {
+        match self.first {
+            None => {
+                self.first = Some((index, time_us));
+                self.last = (index, time_us);
+            }
+            Some(_) if time_us > self.last.1 => {
+                put_varint(&mut self.deltas, index - self.last.0);
+                put_varint(&mut self.deltas, time_us.wrapping_sub(self.last.1) as u64);
+                self.last = (index, time_us);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The time of the first event that has one.
+    pub fn first_time(&self) -> Option<i64> {
+        self.first.map(|(_, t)| t)
+    }
+
+    /// The index of the first event at or after `cut`, if any.
+    pub fn first_at_or_after(&self, cut: i64) -> Option<u64> {
+        let (mut index, mut time) = self.first?;
+        let mut at = 0;
+        loop {
+            if time >= cut {
+                return Some(index);
+            }
+            if at >= self.deltas.len() {
+                return None;
+            }
+            index += get_varint(&self.deltas, &mut at);
+            time = time.wrapping_add(get_varint(&self.deltas, &mut at) as i64);
+        }
+    }
+}
+
+/// One device's trace, folded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub(crate) len: usize,
+    /// The allocations nothing freed, by event index.
+    pub survivors: Vec<Survivor>,
+    pub times: TimeIndex,
+    /// The events from `window_from` on, when the snapshot was read with a window
+    /// ([`crate::ReadOptions::window`]); empty otherwise.
+    pub window: Vec<TraceEntry>,
+    pub window_from: usize,
+}
+
+impl Trace {
+    /// The number of events.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub segments: Vec<Segment>,
-    /// One trace per device, oldest event first.
-    pub traces: Vec<Vec<TraceEntry>>,
+    /// One trace per device, in device order.
+    pub traces: Vec<Trace>,
+    /// Every segment's blocks, encoded ([`BlockRun`]).
+    pub(crate) block_bytes: Vec<u8>,
+    /// The segment types, each once.
+    pub(crate) segment_types: Vec<Arc<str>>,
+    pub(crate) frames: Vec<Frame>,
+    /// Each stack's frames, as indexes into `frames`.
+    pub(crate) stacks: Vec<Box<[u32]>>,
+}
+
+impl Default for Snapshot {
+    fn default() -> Snapshot {
+        Snapshot { segments: Vec::new(), traces: Vec::new(), block_bytes: Vec::new(), segment_types: Vec::new(), frames: Vec::new(), stacks: vec![Box::from([])] }
+    }
+}
+
+impl Snapshot {
+    /// The blocks of `segment` (one of this snapshot's), in address order.
+    pub fn blocks(&self, segment: &Segment) -> Blocks<'_> {
+        let bytes = self.block_bytes.get(segment.blocks_at..).unwrap_or(&[]);
+        Blocks { bytes, at: 0, left: segment.block_count, next: segment.address, known: None }
+    }
+
+    /// The type of `segment` (one of this snapshot's): `large`, `small`, or `?` if it had none.
+    pub fn segment_type(&self, segment: &Segment) -> &str {
+        self.segment_types.get(segment.segment_type as usize).map_or("?", |t| t)
+    }
+
+    /// The frames of `stack`, innermost first.
+    pub fn stack(&self, stack: StackId) -> impl ExactSizeIterator<Item = &Frame> + Clone + '_ {
+        self.stack_frames(stack).iter().map(|&f| &self.frames[f as usize])
+    }
+
+    /// The frames of `stack` as indexes into the frame table: equal frames have equal indexes.
+    pub fn stack_frames(&self, stack: StackId) -> &[u32] {
+        self.stacks.get(stack.0 as usize).map_or(&[], |s| s)
+    }
+
+    pub fn frame(&self, index: u32) -> &Frame {
+        &self.frames[index as usize]
+    }
+
+    /// The number of distinct stacks (the empty one included).
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -111,146 +407,60 @@ pub enum FormatError {
     Missing(String),
 }
 
-struct Interner {
-    stacks: HashMap<Vec<Frame>, Stack>,
-    /// Stacks the pickle reader already shares, by the list's address: a stack seen a million
-    /// times is converted once.
-    seen: HashMap<usize, Stack>,
-    texts: HashMap<String, Rc<str>>,
-    empty: Stack,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Interner {
-    /// Snapshots converted from a profile (`_profile_to_snapshot`) carry Python frames as
-    /// `{"filename": "none", "name": "path/file.py(35): handle"}`: split them into file, line
-    /// and function like every other frame.
-    fn normalize(&mut self, frame: Frame) -> Frame {
-        if &*frame.filename != "none" {
-            return frame;
-        }
-        let parsed = frame.name.split_once("): ").and_then(|(place, func)| {
-            let (file, line) = place.rsplit_once('(')?;
-            Some((file.to_string(), line.parse::<i64>().ok()?, func.to_string()))
-        });
-        match parsed {
-            Some((file, line, func)) => Frame { filename: self.text(&file), line, name: self.text(&func) },
-            None => frame,
-        }
-    }
-
-    fn text(&mut self, s: &str) -> Rc<str> {
-        if let Some(t) = self.texts.get(s) {
-            return t.clone();
-        }
-        let t: Rc<str> = Rc::from(s);
-        self.texts.insert(t.to_string(), t.clone());
-        t
-    }
-
-    fn stack(&mut self, frames: Option<Value>) -> Stack {
-        let address = match &frames {
-            Some(Value::List(l)) => Some(Rc::as_ptr(l) as *const u8 as usize),
-            _ => None,
-        };
-        if let Some(s) = address.and_then(|a| self.seen.get(&a)) {
-            return s.clone();
-        }
-        let stack = self.convert(frames);
-        if let Some(a) = address {
-            self.seen.insert(a, stack.clone());
-        }
-        stack
-    }
-
-    fn convert(&mut self, frames: Option<Value>) -> Stack {
-        let Some(items) = frames.and_then(|f| f.items()) else { return self.empty.clone() };
-        let frames: Vec<Frame> = items
-            .iter()
-            .filter_map(|f| {
-                let frame = Frame {
-                    filename: match f.get("filename")? {
-                        Value::Str(s) => s,
-                        _ => return None,
-                    },
-                    line: f.get("line").and_then(|l| l.as_i64()).unwrap_or(0),
-                    name: match f.get("name") {
-                        Some(Value::Str(s)) => s,
-                        _ => Rc::from("?"),
-                    },
-                };
-                Some(self.normalize(frame))
-            })
-            .collect();
-        if frames.is_empty() {
-            return self.empty.clone();
-        }
-        if let Some(s) = self.stacks.get(&frames) {
-            return s.clone();
-        }
-        let stack: Stack = Rc::from(frames.clone());
-        self.stacks.insert(frames, stack.clone());
-        stack
-    }
-}
-
-fn uint(v: &Value, key: &str, what: &str) -> Result<u64, FormatError> {
-    v.get(key).and_then(|x| x.as_i64()).map(|x| x.max(0) as u64).ok_or_else(|| FormatError::Missing(format!("{what} has no number `{key}`")))
-}
-
-impl Snapshot {
-    /// Reads the typed snapshot out of a decoded pickle.
-    pub fn from_value(root: &Value) -> Result<Snapshot, FormatError> {
-        let Value::Dict(_) = root else { return Err(FormatError::NotASnapshot(root.kind().into())) };
-        let segments = root.get("segments").and_then(|s| s.items()).ok_or_else(|| FormatError::NotASnapshot("a dict without a `segments` list".into()))?;
-        let mut interner = Interner { stacks: HashMap::default(), seen: HashMap::default(), texts: HashMap::default(), empty: Rc::from(Vec::new()) };
-        let mut out = Snapshot::default();
-        for (i, seg) in segments.iter().enumerate() {
-            let what = format!("segment {i}");
-            let blocks = seg.get("blocks").and_then(|b| b.items()).ok_or_else(|| FormatError::Missing(format!("{what} has no `blocks` list")))?;
-            let mut parsed = Vec::with_capacity(blocks.len());
-            for (j, b) in blocks.iter().enumerate() {
-                let what = format!("block {j} of segment {i}");
-                let state = match b.get("state").as_ref().and_then(Value::as_str) {
-                    Some("active_allocated") => BlockState::ActiveAllocated,
-                    Some("active_pending_free") | Some("active_awaiting_free") => BlockState::ActivePendingFree,
-                    Some("inactive") => BlockState::Inactive,
-                    Some(other) => return Err(FormatError::Missing(format!("{what} has an unknown state `{other}`"))),
-                    None => return Err(FormatError::Missing(format!("{what} has no `state`"))),
-                };
-                let size = uint(b, "size", &what)?;
-                parsed.push(Block {
-                    address: uint(b, "address", &what).unwrap_or(0),
-                    size,
-                    requested_size: b.get("requested_size").and_then(|x| x.as_i64()).map_or(size, |x| x.max(0) as u64),
-                    state,
-                    stack: interner.stack(b.get("frames")),
-                });
+    #[test]
+    fn blocks_decode_as_encoded_whatever_their_addresses() {
+        let b = |address, size, requested_size, state| Block { address, size, requested_size, stack: StackId(7), state };
+        let cases = [
+            // Contiguous from the segment's address, as PyTorch writes them.
+            vec![b(4096, 1 << 20, (1 << 20) - 3, BlockState::ActiveAllocated), b(4096 + (1 << 20), 512, 0, BlockState::Inactive)],
+            // No addresses (a profile's): the segment's, then each previous end.
+            vec![b(NO_ADDRESS, 100, 100, BlockState::ActiveAllocated), b(NO_ADDRESS, 3, 3, BlockState::ActivePendingFree)],
+            // Gaps, addresses going down, extreme sizes, a requested size above the size.
+            vec![b(NO_ADDRESS, 10, 12, BlockState::Inactive), b(1 << 40, u64::MAX, 0, BlockState::ActiveAllocated), b(5, 1, u64::MAX, BlockState::Inactive)],
+        ];
+        for blocks in cases {
+            let mut bytes = vec![1, 2, 3];
+            let mut run = BlockRun::default();
+            for x in &blocks {
+                run.push(&mut bytes, x);
             }
-            out.segments.push(Segment {
-                address: uint(seg, "address", &what)?,
-                total_size: uint(seg, "total_size", &what)?,
-                stream: seg.get("stream").and_then(|s| s.as_i64()).unwrap_or(0),
-                segment_type: seg.get("segment_type").and_then(|s| s.as_str().map(Rc::from)).unwrap_or_else(|| Rc::from("?")),
-                blocks: parsed,
-            });
-        }
-        for (d, device) in root.get("device_traces").and_then(|t| t.items()).unwrap_or_default().iter().enumerate() {
-            let entries = device.items().ok_or_else(|| FormatError::Missing(format!("device_traces[{d}] is not a list")))?;
-            let mut trace = Vec::with_capacity(entries.len());
-            for (k, e) in entries.iter().enumerate() {
-                let what = format!("trace entry {k} of device {d}");
-                let action = e.get("action").as_ref().and_then(Value::as_str).map(Action::parse).ok_or_else(|| FormatError::Missing(format!("{what} has no `action`")))?;
-                trace.push(TraceEntry {
-                    action,
-                    addr: e.get("addr").and_then(|x| x.as_i64()).unwrap_or(0) as u64,
-                    size: e.get("size").and_then(|x| x.as_i64()).unwrap_or(0).max(0) as u64,
-                    stream: e.get("stream").and_then(|x| x.as_i64()).unwrap_or(0),
-                    time_us: e.get("time_us").and_then(|x| x.as_i64()),
-                    stack: interner.stack(e.get("frames")),
-                });
+            let segment = Segment { device: 0, address: 4096, total_size: 0, stream: 0, segment_type: 0, blocks_at: run.start, block_count: run.count };
+            let snapshot = Snapshot { block_bytes: bytes, ..Snapshot::default() };
+            let mut expected = blocks.clone();
+            let mut next = segment.address;
+            for x in &mut expected {
+                if x.address == NO_ADDRESS {
+                    x.address = next;
+                }
+                next = x.address.wrapping_add(x.size);
             }
-            out.traces.push(trace);
+            assert_eq!(snapshot.blocks(&segment).collect::<Vec<_>>(), expected);
         }
-        Ok(out)
+    }
+
+    #[test]
+    fn the_time_index_finds_the_first_event_at_or_after_a_time() {
+        let mut t = TimeIndex::default();
+        assert_eq!(t.first_at_or_after(0), None);
+        // Times out of order: event 3 (time 5) comes before the running maximum passes 5 again.
+        for (i, time) in [(1, 10), (2, 10), (3, 5), (4, 300), (5, 200), (6, 1 << 40)] {
+            t.push(i, time);
+        }
+        assert_eq!(t.first_time(), Some(10));
+        assert_eq!(t.first_at_or_after(i64::MIN), Some(1));
+        assert_eq!(t.first_at_or_after(10), Some(1));
+        assert_eq!(t.first_at_or_after(11), Some(4));
+        assert_eq!(t.first_at_or_after(250), Some(4));
+        assert_eq!(t.first_at_or_after(301), Some(6));
+        assert_eq!(t.first_at_or_after((1 << 40) + 1), None);
+        // Extreme times do not overflow the deltas.
+        let mut t = TimeIndex::default();
+        t.push(0, i64::MIN);
+        t.push(1, i64::MAX);
+        assert_eq!(t.first_at_or_after(0), Some(1));
     }
 }

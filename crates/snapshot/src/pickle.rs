@@ -1,97 +1,28 @@
-//! A pickle reader for the data PyTorch's memory snapshots hold: dicts, lists, tuples, strings,
-//! numbers, booleans, None, bytes (protocols 0 to 5). Anything else, a class instance say, is
-//! kept as an opaque [`Value::Object`] so a pickle of something other than a snapshot is
-//! reported as such rather than refused halfway.
+//! A streaming reader of pickles (protocols 0 to 5) that builds the typed snapshot while it
+//! runs: the pickle machine (stack, marks, memo, every opcode) is here; what a finished dict or
+//! list becomes (a frame, a stack, a block, a trace event folded into its trace) is
+//! `build`'s; the dicts that make most of a snapshot (segments, blocks, events) are
+//! read in one pass by `record`, which hands any dict it does not expect back to this
+//! machine. No generic value tree is ever built: a value on the stack is sixteen bytes (a
+//! number, a string's id in the intern table, a frame's or a stack's id, or the slot of a
+//! container being filled), and the memo is four bytes a key.
 //!
-//! Why not serde-pickle: snapshots run to gigabytes, and most of their bytes are stack frames
-//! whose strings repeat. This reader interns every string (one allocation per distinct text),
-//! hash-conses small dicts of scalars (frames) and lists of them (stacks), so a stack seen a
-//! million times is held once, keeps the memo as four bytes a string and one value a
-//! container, shares containers through the memo without copying them, and reads from a
-//! memory map. A 1 GB snapshot is explained in 7.6 s with 1.3 times the file's size in memory
-//! beyond the file itself (`cargo bench -p leaklab-snapshot --bench explain`).
+//! Why not serde-pickle or a generic reader: snapshots run to gigabytes, most of their bytes are
+//! stack frames that repeat, and a value tree of them costs several times the file (the reader
+//! this one replaced took 5.3 times a 1 GB file and 20 s). Here strings are read in place from
+//! the memory-mapped file and interned once, a frame or a stack seen a million times is held
+//! once, blocks are kept in a few bytes each, and trace events are folded as they arrive.
+//!
+//! Hostile input: every length is checked against the bytes left before anything is read or
+//! allocated, the stack is capped at [`MAX_STACK`] values and open containers at a quarter of a
+//! million, memo keys far beyond what was stored go to a sparse map, nothing recurses, nothing
+//! is quadratic, and a container referred to while it is still being filled (a cycle) is
+//! frozen as it stands, so that filling it further is an error.
 
-use std::cell::RefCell;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::rc::Rc;
-
-/// A decoded pickle value. Containers are shared (the memo refers to them) and mutable while
-/// the pickle is read (`APPENDS` and `SETITEMS` come after the container is memoized).
-#[derive(Debug, Clone)]
-pub enum Value {
-    None,
-    Bool(bool),
-    Int(i64),
-    /// An integer beyond 64 bits: kept as its little-endian bytes.
-    BigInt(Rc<[u8]>),
-    Float(f64),
-    Str(Rc<str>),
-    Bytes(Rc<[u8]>),
-    List(Rc<RefCell<Vec<Value>>>),
-    Tuple(Rc<[Value]>),
-    Dict(Rc<RefCell<Vec<(Value, Value)>>>),
-    /// A class instance or a call result (`module.name(args)`), not interpreted.
-    Object(Rc<str>),
-}
-
-impl Value {
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_i64(&self) -> Option<i64> {
-        match self {
-            Value::Int(i) => Some(*i),
-            Value::Bool(b) => Some(*b as i64),
-            Value::Float(f) if f.fract() == 0.0 => Some(*f as i64),
-            _ => None,
-        }
-    }
-
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Value::Int(i) => Some(*i as f64),
-            Value::Float(f) => Some(*f),
-            _ => None,
-        }
-    }
-
-    /// The value under string key `key`, when this is a dict that has it.
-    pub fn get(&self, key: &str) -> Option<Value> {
-        match self {
-            Value::Dict(d) => d.borrow().iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v.clone()),
-            _ => None,
-        }
-    }
-
-    /// The elements of a list or tuple.
-    pub fn items(&self) -> Option<Vec<Value>> {
-        match self {
-            Value::List(l) => Some(l.borrow().clone()),
-            Value::Tuple(t) => Some(t.to_vec()),
-            _ => None,
-        }
-    }
-
-    /// What kind of value this is, for error messages.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Value::None => "None",
-            Value::Bool(_) => "a bool",
-            Value::Int(_) | Value::BigInt(_) => "an int",
-            Value::Float(_) => "a float",
-            Value::Str(_) => "a str",
-            Value::Bytes(_) => "bytes",
-            Value::List(_) => "a list",
-            Value::Tuple(_) => "a tuple",
-            Value::Dict(_) => "a dict",
-            Value::Object(_) => "an object",
-        }
-    }
-}
+use crate::build::{Builder, Owned};
+use crate::model::{FormatError, Snapshot};
+use crate::ReadOptions;
+use rustc_hash::FxHashMap;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PickleError {
@@ -105,489 +36,809 @@ pub enum PickleError {
     Malformed { at: usize, what: String },
 }
 
-type Result<T> = std::result::Result<T, PickleError>;
-
-/// A memo slot: a string (`STRING` bit set, its index in the interned strings), an index into
-/// the memoized values, or nothing yet.
-const STRING: u32 = 1 << 31;
-const EMPTY: u32 = u32::MAX;
-
-/// A frame's identity once its texts are interned: each key's and value's pointer or number.
-#[derive(PartialEq, Eq, Hash)]
-enum Scalar {
-    Str(usize),
-    Int(i64),
-    None,
+/// What reading can fail on: the bytes (not a pickle, or a broken one) or the data (a pickle,
+/// but not a snapshot).
+#[derive(Debug, PartialEq)]
+pub(crate) enum ReadError {
+    Pickle(PickleError),
+    Format(FormatError),
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-    stack: Vec<Value>,
-    marks: Vec<usize>,
-    memo: Vec<u32>,
-    memo_values: Vec<Value>,
-    next_memo: u32,
-    strings: HashMap<Rc<str>, u32>,
-    string_list: Vec<Rc<str>>,
-    /// Containers memoized while still empty, by stack depth: filling one may replace it by
-    /// its hash-consed twin, and the memo must then point at the twin.
-    open: Vec<(usize, u32, usize)>,
-    frames: HashMap<Vec<(usize, Scalar)>, Value>,
-    stacks: HashMap<Vec<usize>, Value>,
-    /// The dicts that are hash-consed frames, by pointer.
-    consed: HashSet<usize>,
-}
-
-/// The pointer of a container, for identity.
-fn ptr(v: &Value) -> usize {
-    match v {
-        Value::Dict(d) => Rc::as_ptr(d) as *const u8 as usize,
-        Value::List(l) => Rc::as_ptr(l) as *const u8 as usize,
-        Value::Str(s) => Rc::as_ptr(s) as *const u8 as usize,
-        _ => 0,
+impl From<PickleError> for ReadError {
+    fn from(e: PickleError) -> ReadError {
+        ReadError::Pickle(e)
     }
 }
 
-/// Decodes one pickle from `data`.
-pub fn parse(data: &[u8]) -> Result<Value> {
+impl From<FormatError> for ReadError {
+    fn from(e: FormatError) -> ReadError {
+        ReadError::Format(e)
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, ReadError>;
+
+/// The most values the stack may hold at once. A snapshot writer's stack holds a batch of at
+/// most a thousand items per open container, a few containers deep (blocks and events go
+/// straight into their lists even from a writer that does not batch); a million values (16 MB)
+/// only a hostile or broken file reaches.
+pub const MAX_STACK: usize = 1 << 20;
+
+/// What a finished value that cannot be looked into was, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Bytes,
+    Tuple,
+    List,
+    Dict,
+    Set,
+    Object,
+}
+
+impl Kind {
+    pub(crate) fn from_u32(v: u32) -> Kind {
+        [Kind::Bytes, Kind::Tuple, Kind::List, Kind::Dict, Kind::Set, Kind::Object][(v as usize).min(5)]
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Bytes => "bytes",
+            Kind::Tuple => "a tuple",
+            Kind::List => "a list",
+            Kind::Dict => "a dict",
+            Kind::Set => "a set",
+            Kind::Object => "an object",
+        }
+    }
+}
+
+/// A value on the pickle stack.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer from 2^63 to 2^64 - 1 (Python writes these in nine bytes).
+    UInt(u64),
+    /// An integer beyond 64 bits: no field of a snapshot holds one.
+    Huge,
+    Float(f64),
+    /// A string, by its id in the intern table.
+    Str(u32),
+    /// A finished frame dict, by its id in the frame table.
+    Frame(u32),
+    /// A finished list of frames, by its id in the stack table.
+    Stack(u32),
+    /// A finished empty list.
+    EmptyList,
+    /// A dict being filled, by its slot.
+    Dict(u32),
+    /// A list being filled, by its slot.
+    List(u32),
+    /// A finished block, segment, trace event, trace or list of them, waiting for the container
+    /// that takes it, by its slot.
+    Item(u32),
+    /// Anything else, finished.
+    Opaque(Kind),
+}
+
+impl Value {
+    /// What kind of value this is, for error messages.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "a bool",
+            Value::Int(_) | Value::UInt(_) | Value::Huge => "an int",
+            Value::Float(_) => "a float",
+            Value::Str(_) => "a str",
+            Value::Frame(_) | Value::Dict(_) => "a dict",
+            Value::Stack(_) | Value::EmptyList | Value::List(_) => "a list",
+            Value::Item(_) => "a dict or list",
+            Value::Opaque(k) => k.name(),
+        }
+    }
+}
+
+/// A memo entry in four bytes: a tag in the top three bits, an id below.
+pub(crate) const PAYLOAD: u32 = (1 << 29) - 1;
+pub(crate) const T_STR: u32 = 1 << 29;
+pub(crate) const T_FRAME: u32 = 2 << 29;
+pub(crate) const T_STACK: u32 = 3 << 29;
+pub(crate) const T_OPEN: u32 = 4 << 29;
+pub(crate) const T_SCALAR: u32 = 5 << 29;
+pub(crate) const T_OPAQUE: u32 = 6 << 29;
+pub(crate) const T_EMPTY: u32 = 7 << 29;
+pub(crate) const TAG: u32 = 7 << 29;
+
+/// The memo: dense while keys come in order (every writer's case), sparse for keys far beyond
+/// what was stored, so that a key of four billion in a small file costs one map entry.
+#[derive(Default)]
+pub(crate) struct Memo {
+    pub(crate) dense: Vec<u32>,
+    sparse: FxHashMap<u32, u32>,
+    /// Distinct keys stored: MEMOIZE stores at this key, as Python's unpickler does.
+    pub(crate) count: u32,
+    /// Numbers and None that were memoized (no writer here does; kept for correctness).
+    pub(crate) scalars: Vec<Value>,
+}
+
+impl Memo {
+    #[inline]
+    pub(crate) fn get(&self, key: u32) -> u32 {
+        match self.dense.get(key as usize) {
+            Some(&e) => e,
+            None => self.sparse.get(&key).copied().unwrap_or(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, key: u32, entry: u32) {
+        let k = key as usize;
+        if k < self.dense.len() {
+            self.count += (self.dense[k] == 0) as u32;
+            self.dense[k] = entry;
+        } else if k == self.dense.len() && self.sparse.is_empty() {
+            self.dense.push(entry);
+            self.count += 1;
+        } else if k < 2 * self.count as usize + 1024 && self.sparse.is_empty() {
+            self.dense.resize(k + 1, 0);
+            self.dense[k] = entry;
+            self.count += 1;
+        } else {
+            self.count += self.sparse.insert(key, entry).is_none() as u32;
+        }
+    }
+
+    /// The dense memo's length.
+    pub(crate) fn len(&self) -> usize {
+        self.dense.len()
+    }
+
+    /// Whether storing at `key` is an append past `from` (a key no older entry holds), which
+    /// `truncate(from)` undoes.
+    #[inline]
+    pub(crate) fn appends(&self, key: u32, from: usize) -> bool {
+        let k = key as usize;
+        self.sparse.is_empty() && k >= from && k <= self.dense.len()
+    }
+
+    /// Drops the dense entries from `len` on.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.dense.truncate(len);
+    }
+
+    /// Puts back what a key held (`0`: nothing), leaving the count to the caller.
+    pub(crate) fn restore(&mut self, key: u32, entry: u32) {
+        match self.dense.get_mut(key as usize) {
+            Some(e) => *e = entry,
+            None if entry == 0 => {
+                self.sparse.remove(&key);
+            }
+            None => {
+                self.sparse.insert(key, entry);
+            }
+        }
+    }
+
+    /// After a container finishes: the keys that held it now hold what it became.
+    #[inline]
+    pub(crate) fn finished(&mut self, key: u32, slot: u32, entry: u32) {
+        if self.get(key) == T_OPEN | slot {
+            self.set(key, entry);
+        }
+    }
+
+    /// The entry for a finished value.
+    #[inline]
+    pub(crate) fn entry(&mut self, v: Value) -> std::result::Result<u32, String> {
+        let id = |tag: u32, id: u32| if id <= PAYLOAD { Ok(tag | id) } else { Err("more than 500 million distinct values in the memo".to_string()) };
+        match v {
+            Value::Str(s) => id(T_STR, s),
+            Value::Frame(f) => id(T_FRAME, f),
+            Value::Stack(s) => id(T_STACK, s),
+            Value::EmptyList => Ok(T_EMPTY),
+            Value::Dict(slot) | Value::List(slot) => id(T_OPEN, slot),
+            Value::Item(_) => Ok(T_OPAQUE | Kind::Dict as u32),
+            Value::Opaque(k) => Ok(T_OPAQUE | k as u32),
+            Value::None | Value::Bool(_) | Value::Int(_) | Value::UInt(_) | Value::Huge | Value::Float(_) => {
+                self.scalars.push(v);
+                id(T_SCALAR, self.scalars.len() as u32 - 1)
+            }
+        }
+    }
+}
+
+/// Reads a snapshot from a whole pickle.
+pub(crate) fn read(data: &[u8], options: &ReadOptions) -> Result<Snapshot> {
     match data.first() {
-        None => return Err(PickleError::Truncated(0, 0)),
-        Some(&b) if !(b == 0x80 || b"(}]NKJIcVS\x8c".contains(&b)) => return Err(PickleError::NotPickle(b)),
+        None => return Err(PickleError::Truncated(0, 0).into()),
+        Some(&b) if !(b == 0x80 || b == 0x95 || b"(}])NKJILFGMcVSXUT\x8c\x88\x89".contains(&b)) => return Err(PickleError::NotPickle(b).into()),
         _ => {}
     }
-    let mut r = Reader {
-        data,
-        pos: 0,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Vec::new(),
-        memo_values: Vec::new(),
-        next_memo: 0,
-        strings: HashMap::default(),
-        string_list: Vec::new(),
-        open: Vec::new(),
-        frames: HashMap::default(),
-        stacks: HashMap::default(),
-        consed: HashSet::default(),
-    };
-    r.run()
+    let mut r = Reader { data, pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), b: Builder::new(options), run: Vec::new(), fast: Default::default(), plain: options.plain };
+    loop {
+        let at = r.pos;
+        let op = r.u8()?;
+        // The opcodes that make most of a snapshot's bytes are handled here, the rest in `step`.
+        match op {
+            b'h' | b'j' => {
+                let key = if op == b'h' { r.u8()? as u32 } else { u32::from_le_bytes(r.le()?) };
+                let e = r.b.memo.get(key);
+                match e & TAG {
+                    T_FRAME => r.push(Value::Frame(e & PAYLOAD), at)?,
+                    T_STR => r.push(Value::Str(e & PAYLOAD), at)?,
+                    _ => r.get(key, at)?,
+                }
+            }
+            0x94 => {
+                let key = r.b.memo.count;
+                r.memoize(key, at)?;
+            }
+            b'(' => r.mark(at)?,
+            b'}' => {
+                if options.plain || !r.record(at)? {
+                    r.step(op, at)?;
+                }
+            }
+            b'.' => {
+                let top = r.pop(at)?;
+                return r.b.snapshot(top, at);
+            }
+            _ => r.step(op, at)?,
+        }
+    }
+}
+
+pub(crate) struct Reader<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) pos: usize,
+    pub(crate) stack: Vec<Value>,
+    pub(crate) marks: Vec<usize>,
+    pub(crate) b: Builder<'a>,
+    pub(crate) fast: crate::record::Fast,
+    /// The frame ids of a run of memo references being read ahead of a list's `APPENDS`.
+    run: Vec<u32>,
+    /// No shortcuts: every opcode through `step` ([`ReadOptions::plain`]).
+    plain: bool,
+}
+
+pub(crate) fn malformed(at: usize, what: impl Into<String>) -> ReadError {
+    ReadError::Pickle(PickleError::Malformed { at, what: what.into() })
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or(PickleError::Truncated(self.pos, self.data.len()))?;
-        let s = &self.data[self.pos..end];
+        let data = self.data;
+        let end = self.pos.checked_add(n).filter(|&e| e <= data.len()).ok_or(PickleError::Truncated(self.pos, data.len()))?;
+        let s = &data[self.pos..end];
         self.pos = end;
         Ok(s)
     }
 
+    #[inline]
     fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        let b = *self.data.get(self.pos).ok_or(PickleError::Truncated(self.pos, self.data.len()))?;
+        self.pos += 1;
+        Ok(b)
     }
 
-    fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    #[inline]
+    fn le<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    /// A length that the rest of the file must hold, so that no huge declared length is trusted.
+    fn len64(&mut self) -> Result<usize> {
+        let n = u64::from_le_bytes(self.le()?);
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     fn line(&mut self) -> Result<&'a [u8]> {
-        let rest = &self.data[self.pos..];
-        let n = rest.iter().position(|&b| b == b'\n').ok_or(PickleError::Truncated(self.pos, self.data.len()))?;
+        let data = self.data;
+        let rest = &data[self.pos..];
+        let n = rest.iter().position(|&b| b == b'\n').ok_or(PickleError::Truncated(data.len(), data.len()))?;
         self.pos += n + 1;
         Ok(&rest[..n])
     }
 
-    fn malformed(&self, what: impl Into<String>) -> PickleError {
-        PickleError::Malformed { at: self.pos, what: what.into() }
-    }
-
-    fn intern(&mut self, bytes: &[u8]) -> Result<Value> {
-        let text = std::str::from_utf8(bytes).map_err(|_| self.malformed("a string that is not UTF-8"))?;
-        if let Some((s, _)) = self.strings.get_key_value(text) {
-            return Ok(Value::Str(s.clone()));
+    #[inline]
+    pub(crate) fn push(&mut self, v: Value, at: usize) -> Result<()> {
+        if self.stack.len() >= MAX_STACK {
+            return Err(malformed(at, format!("more than {MAX_STACK} values on the stack at once: no snapshot writer does that (a corrupt or hostile file?)")));
         }
-        let s: Rc<str> = Rc::from(text);
-        self.strings.insert(s.clone(), self.string_list.len() as u32);
-        self.string_list.push(s.clone());
-        Ok(Value::Str(s))
-    }
-
-    fn pop(&mut self) -> Result<Value> {
-        if self.marks.last().is_some_and(|&m| m >= self.stack.len()) {
-            return Err(self.malformed("pop below a mark"));
-        }
-        self.stack.pop().ok_or_else(|| self.malformed("pop from an empty stack"))
-    }
-
-    fn pop_mark(&mut self) -> Result<Vec<Value>> {
-        let mark = self.marks.pop().ok_or_else(|| self.malformed("no mark to pop to"))?;
-        Ok(self.stack.split_off(mark))
-    }
-
-    fn top(&mut self) -> Result<&mut Value> {
-        let at = self.pos;
-        self.stack.last_mut().ok_or(PickleError::Malformed { at, what: "an empty stack".into() })
-    }
-
-    fn memoize(&mut self, key: u32) -> Result<()> {
-        let v = self.stack.last().cloned().ok_or_else(|| self.malformed("memoize with an empty stack"))?;
-        let slot = match &v {
-            Value::Str(s) => STRING | self.strings.get(&**s).copied().unwrap_or(0),
-            _ => {
-                if matches!(v, Value::Dict(_) | Value::List(_)) {
-                    self.open.push((self.stack.len() - 1, key, ptr(&v)));
-                }
-                self.memo_values.push(v);
-                (self.memo_values.len() - 1) as u32
-            }
-        };
-        let key = key as usize;
-        if self.memo.len() <= key {
-            if key > self.data.len() {
-                return Err(self.malformed(format!("memo key {key} beyond anything the file could hold")));
-            }
-            self.memo.resize(key + 1, EMPTY);
-        }
-        self.memo[key] = slot;
-        Ok(())
-    }
-
-    fn get(&mut self, key: u32) -> Result<()> {
-        let v = match self.memo.get(key as usize).copied() {
-            Some(slot) if slot != EMPTY && slot & STRING != 0 => Value::Str(self.string_list[(slot & !STRING) as usize].clone()),
-            Some(slot) if slot != EMPTY => self.memo_values[slot as usize].clone(),
-            _ => return Err(self.malformed(format!("memo key {key} was never stored"))),
-        };
         self.stack.push(v);
         Ok(())
     }
 
-    /// After the container on top was filled: a small dict of scalars (a frame) or a list of
-    /// such dicts (a stack) is replaced by its one shared twin, here and in the memo.
-    fn cons_top(&mut self) {
-        let depth = self.stack.len().saturating_sub(1);
-        let here = self.stack.last().map_or(0, ptr);
-        // Entries deeper than the top, or at its depth for another container (one memoized
-        // and never filled, an empty list say), are stale.
-        while self.open.last().is_some_and(|&(d, _, p)| d > depth || (d == depth && p != here)) {
-            self.open.pop();
+    /// Pushes a container being filled, remembering where it is.
+    fn push_open(&mut self, v: Value, at: usize) -> Result<()> {
+        if let Value::Dict(slot) | Value::List(slot) = v {
+            *self.b.place_of(slot) = self.stack.len();
         }
-        let key = match self.open.last() {
-            Some(&(d, key, _)) if d == depth => {
-                self.open.pop();
-                Some(key)
-            }
-            _ => None,
-        };
-        let Some(top) = self.stack.last() else { return };
-        let twin = match top {
-            Value::Dict(d) => {
-                let d = d.borrow();
-                // An empty dict may still be filled item by item (protocol 0's SETITEM).
-                if d.is_empty() || d.len() > 8 {
-                    return;
-                }
-                let mut id = Vec::with_capacity(d.len());
-                for (k, v) in d.iter() {
-                    let scalar = match v {
-                        Value::Str(s) => Scalar::Str(Rc::as_ptr(s) as *const u8 as usize),
-                        Value::Int(i) => Scalar::Int(*i),
-                        Value::None => Scalar::None,
-                        _ => return,
+        self.push(v, at)
+    }
+
+    #[inline]
+    fn pop(&mut self, at: usize) -> Result<Value> {
+        if self.marks.last().is_some_and(|&m| m >= self.stack.len()) {
+            return Err(malformed(at, "pop below a mark"));
+        }
+        self.stack.pop().ok_or_else(|| malformed(at, "pop from an empty stack"))
+    }
+
+    /// `MARK`. When it opens a batch of a list and the batch is memo references to frames up
+    /// to `APPENDS` (a stack, as recent PyTorch writes every block's and event's), the frames
+    /// go straight into the list: a third of such a file's opcodes, read in one tight loop.
+    /// Anything else in the batch ends the run, and what was read is put on the stack as the
+    /// plain reading would have.
+    fn mark(&mut self, at: usize) -> Result<()> {
+        if let (Some(&Value::List(slot)), false) = (self.stack.last(), self.plain) {
+            if self.b.takes_frames(slot) {
+                let data = self.data;
+                let mut pos = self.pos;
+                self.run.clear();
+                loop {
+                    let key = match data.get(pos) {
+                        Some(b'h') if pos + 1 < data.len() => {
+                            pos += 2;
+                            data[pos - 1] as u32
+                        }
+                        Some(b'j') if pos + 4 < data.len() => {
+                            pos += 5;
+                            u32::from_le_bytes(data[pos - 4..pos].try_into().expect("4 bytes"))
+                        }
+                        Some(0x95) if pos + 8 < data.len() => {
+                            pos += 9;
+                            continue;
+                        }
+                        Some(b'e') => {
+                            self.pos = pos + 1;
+                            self.b.append_frames(slot, &self.run);
+                            return Ok(());
+                        }
+                        _ => break,
                     };
-                    let Value::Str(_) = k else { return };
-                    id.push((ptr(k), scalar));
+                    let e = self.b.memo.get(key);
+                    if e & TAG != T_FRAME {
+                        break;
+                    }
+                    self.run.push(e & PAYLOAD);
+                    self.pos = pos;
                 }
-                drop(d);
-                let top = top.clone();
-                let twin = self.frames.entry(id).or_insert(top).clone();
-                self.consed.insert(ptr(&twin));
-                twin
-            }
-            Value::List(l) => {
-                let l = l.borrow();
-                if l.is_empty() || l.len() > 512 || !l.iter().all(|f| matches!(f, Value::Dict(_)) && self.consed.contains(&ptr(f))) {
-                    return;
+                // Not a run of frames to the end of the batch: read on as usual from the first
+                // opcode that was not one.
+                self.push_mark(at)?;
+                for i in 0..self.run.len() {
+                    self.push(Value::Frame(self.run[i]), at)?;
                 }
-                let id: Vec<usize> = l.iter().map(ptr).collect();
-                drop(l);
-                let top = top.clone();
-                self.stacks.entry(id).or_insert(top).clone()
+                return Ok(());
             }
-            _ => return,
+        }
+        self.push_mark(at)
+    }
+
+    pub(crate) fn push_mark(&mut self, at: usize) -> Result<()> {
+        if self.marks.len() >= MAX_STACK {
+            return Err(malformed(at, "more marks than any snapshot writer sets"));
+        }
+        self.marks.push(self.stack.len());
+        Ok(())
+    }
+
+    /// The last mark's position: the items above it are the batch of the opcode that pops
+    /// it, which reads them in place and then truncates the stack to it.
+    fn pop_mark(&mut self, at: usize) -> Result<usize> {
+        self.marks.pop().ok_or_else(|| malformed(at, "no mark to pop to"))
+    }
+
+    /// Pops to the last mark, dropping the items.
+    fn drop_to_mark(&mut self, at: usize) -> Result<()> {
+        let mark = self.pop_mark(at)?;
+        for i in mark..self.stack.len() {
+            self.b.discard(self.stack[i], at)?;
+        }
+        self.stack.truncate(mark);
+        Ok(())
+    }
+
+    fn top(&self, at: usize) -> Result<Value> {
+        match self.stack.last() {
+            Some(&v) if self.marks.last().is_none_or(|&m| m < self.stack.len()) => Ok(v),
+            _ => Err(malformed(at, "an empty stack")),
+        }
+    }
+
+    /// A container referred to again while it is being filled (a cycle, or `DUP`): it is
+    /// finished as it stands, here and wherever the stack holds it.
+    fn freeze(&mut self, v: Value, at: usize) -> Result<Value> {
+        // An open container is on the stack once, where it was pushed; an item or a value
+        // pushed by DUP is the top.
+        let place = match v {
+            Value::Dict(slot) | Value::List(slot) => *self.b.place_of(slot),
+            _ => self.stack.len().saturating_sub(1),
         };
-        if let Some(key) = key {
-            if let Some(&slot) = self.memo.get(key as usize) {
-                if slot != EMPTY && slot & STRING == 0 {
-                    self.memo_values[slot as usize] = twin.clone();
-                }
-            }
+        let frozen = match self.b.take(v, at)? {
+            Owned::V(f) => f,
+            Owned::Item(item) => Value::Opaque(item.kind()),
+        };
+        if let Some(s) = self.stack.get_mut(place).filter(|s| **s == v) {
+            *s = frozen;
         }
-        *self.stack.last_mut().expect("a top") = twin;
+        Ok(frozen)
     }
 
-    fn append(&mut self, items: Vec<Value>) -> Result<()> {
-        match self.top()? {
-            Value::List(l) => l.borrow_mut().extend(items),
-            // A set (ADDITEMS) or an object's list-like state: not needed, dropped.
-            Value::Object(_) => {}
-            other => {
-                let kind = other.kind();
-                return Err(self.malformed(format!("append to {kind}")));
-            }
+    #[inline]
+    fn memoize(&mut self, key: u32, at: usize) -> Result<()> {
+        let v = self.top(at)?;
+        let entry = self.b.memo.entry(v).map_err(|e| malformed(at, e))?;
+        if let Value::Dict(slot) | Value::List(slot) = v {
+            self.b.remember(slot, key);
         }
+        self.b.memo.set(key, entry);
         Ok(())
     }
 
-    fn set_items(&mut self, items: Vec<Value>) -> Result<()> {
-        if items.len() % 2 != 0 {
-            return Err(self.malformed("an odd number of dict items"));
+    fn get(&mut self, key: u32, at: usize) -> Result<()> {
+        let e = self.b.memo.get(key);
+        let v = match e & TAG {
+            T_STR => Value::Str(e & PAYLOAD),
+            T_FRAME => Value::Frame(e & PAYLOAD),
+            T_STACK => Value::Stack(e & PAYLOAD),
+            T_EMPTY => Value::EmptyList,
+            T_OPAQUE => Value::Opaque(Kind::from_u32(e & PAYLOAD)),
+            T_SCALAR => self.b.memo.scalars[(e & PAYLOAD) as usize],
+            T_OPEN => {
+                let slot = e & PAYLOAD;
+                let open = match self.b.is_dict(slot) {
+                    Some(true) => Value::Dict(slot),
+                    Some(false) => Value::List(slot),
+                    None => return Err(malformed(at, format!("memo key {key} refers to a container still being read"))),
+                };
+                self.freeze(open, at)?
+            }
+            _ => return Err(malformed(at, format!("memo key {key} was never stored"))),
+        };
+        self.push(v, at)
+    }
+
+    /// The opcode after this one is a memo store (writers that memoize a container after
+    /// filling it): a finished record must then stay on the stack to be memoized.
+    fn next_is_put(&self) -> bool {
+        let mut at = self.pos;
+        if self.data.get(at) == Some(&0x95) {
+            at += 9;
         }
-        match self.top()? {
-            Value::Dict(d) => {
-                let mut d = d.borrow_mut();
-                let mut it = items.into_iter();
-                while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                    d.push((k, v));
+        matches!(self.data.get(at), Some(0x94 | b'q' | b'r' | b'p'))
+    }
+
+    /// The dict at `pos` was filled and became `owned`. A block, segment or trace event that
+    /// is the only item above the mark of a list being filled goes into that list now, rather
+    /// than waiting on the stack for the list's `APPENDS`: writers that append a whole list in
+    /// one batch (PyTorch's C++ pickler) would otherwise stack millions of them.
+    #[inline]
+    pub(crate) fn place(&mut self, pos: usize, owned: Owned) -> Result<()> {
+        let v = match owned {
+            Owned::Item(item) if item.is_record() && pos + 1 == self.stack.len() => match self.list_below(pos) {
+                Some(slot) => {
+                    self.stack.pop();
+                    return self.b.append_owned(slot, Owned::Item(item));
                 }
-            }
-            Value::Object(_) => {}
-            other => {
-                let kind = other.kind();
-                return Err(self.malformed(format!("set items on {kind}")));
-            }
-        }
+                None => Value::Item(self.b.store(item)),
+            },
+            Owned::Item(item) => Value::Item(self.b.store(item)),
+            Owned::V(v) => v,
+        };
+        self.stack[pos] = v;
         Ok(())
     }
 
-    fn run(&mut self) -> Result<Value> {
-        loop {
-            let at = self.pos;
-            let op = self.u8()?;
-            self.step(op, at)?;
-            if op == b'.' {
-                return self.stack.pop().ok_or(PickleError::Malformed { at, what: "STOP with an empty stack".into() });
-            }
+    /// The list whose batch a value at stack position `pos` would be the first item of, if the
+    /// next opcode does not memoize that value.
+    #[inline]
+    pub(crate) fn list_below(&self, pos: usize) -> Option<u32> {
+        match (pos.checked_sub(1).map(|p| self.stack[p]), self.marks.last()) {
+            (Some(Value::List(slot)), Some(&m)) if m == pos && !self.next_is_put() => Some(slot),
+            _ => None,
         }
+    }
+
+    fn int_line(&mut self, at: usize) -> Result<Value> {
+        let line = self.line()?;
+        let text = std::str::from_utf8(line).unwrap_or("").trim().trim_end_matches('L');
+        Ok(match text {
+            "00" => Value::Bool(false),
+            "01" => Value::Bool(true),
+            t => match (t.parse::<i64>(), t.parse::<u64>()) {
+                (Ok(i), _) => Value::Int(i),
+                (_, Ok(u)) => Value::UInt(u),
+                _ if !t.is_empty() && t.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) => Value::Huge,
+                _ => return Err(malformed(at, format!("an integer written `{t}`"))),
+            },
+        })
+    }
+
+    fn key_line(&mut self, at: usize) -> Result<u32> {
+        let line = self.line()?;
+        std::str::from_utf8(line).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| malformed(at, "a memo key that is not a number"))
     }
 
     fn step(&mut self, op: u8, at: usize) -> Result<()> {
         match op {
+            // Framing and protocol: nothing to do.
             0x80 => {
-                self.u8()?;
+                let proto = self.u8()?;
+                if proto > 5 {
+                    return Err(malformed(at, format!("pickle protocol {proto} is newer than this reader (0 to 5): re-save with protocol 5 or lower")));
+                }
             }
             0x95 => {
-                self.u64()?;
+                self.le::<8>()?;
             }
-            b'.' => {}
-            b'(' => self.marks.push(self.stack.len()),
-            b'}' => self.stack.push(Value::Dict(Rc::default())),
-            b']' => self.stack.push(Value::List(Rc::default())),
-            b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()))),
-            0x8f => self.stack.push(Value::Object(Rc::from("builtins.set"))),
+
+            // Containers.
+            b'}' => {
+                let slot = self.b.new_slot(true, at)?;
+                self.push_open(Value::Dict(slot), at)?;
+            }
+            b']' => {
+                let slot = self.b.new_slot(false, at)?;
+                self.push_open(Value::List(slot), at)?;
+            }
+            b')' => self.push(Value::Opaque(Kind::Tuple), at)?,
+            0x8f => self.push(Value::Opaque(Kind::Set), at)?,
             b'd' => {
-                let items = self.pop_mark()?;
-                self.stack.push(Value::Dict(Rc::default()));
-                self.set_items(items)?;
-                self.cons_top();
-            }
-            b'l' => {
-                let items = self.pop_mark()?;
-                self.stack.push(Value::List(Rc::new(RefCell::new(items))));
-                self.cons_top();
-            }
-            b't' => {
-                let items = self.pop_mark()?;
-                self.stack.push(Value::Tuple(Rc::from(items)));
-            }
-            0x85..=0x87 => {
-                let n = (op - 0x84) as usize;
-                if self.stack.len() < n + self.marks.last().copied().unwrap_or(0) {
-                    return Err(self.malformed("a tuple of more items than the stack holds"));
+                let mark = self.pop_mark(at)?;
+                let slot = self.b.new_slot(true, at)?;
+                let done = self.b.set_items(Value::Dict(slot), &self.stack[mark..], at);
+                self.stack.truncate(mark);
+                self.push_open(Value::Dict(slot), at)?;
+                if let Some(owned) = done? {
+                    self.place(mark, owned)?;
                 }
-                let items = self.stack.split_off(self.stack.len() - n);
-                self.stack.push(Value::Tuple(Rc::from(items)));
-            }
-            0x91 => {
-                self.pop_mark()?;
-                self.stack.push(Value::Object(Rc::from("builtins.frozenset")));
-            }
-            b'a' => {
-                let v = self.pop()?;
-                self.append(vec![v])?;
-            }
-            b'e' | 0x90 => {
-                let items = self.pop_mark()?;
-                self.append(items)?;
-                self.cons_top();
-            }
-            b's' => {
-                let v = self.pop()?;
-                let k = self.pop()?;
-                self.set_items(vec![k, v])?;
             }
             b'u' => {
-                let items = self.pop_mark()?;
-                self.set_items(items)?;
-                self.cons_top();
+                let mark = self.pop_mark(at)?;
+                let target = mark.checked_sub(1).map(|p| self.stack[p]).ok_or_else(|| malformed(at, "SETITEMS with no dict under its mark"))?;
+                let done = self.b.set_items(target, &self.stack[mark..], at);
+                self.stack.truncate(mark);
+                if let Some(owned) = done? {
+                    self.place(mark - 1, owned)?;
+                }
             }
+            b's' => {
+                let v = self.pop(at)?;
+                let k = self.pop(at)?;
+                let target = self.top(at)?;
+                self.b.set_item(target, k, v, at)?;
+            }
+            b'l' => {
+                let mark = self.pop_mark(at)?;
+                let slot = self.b.new_slot(false, at)?;
+                let done = self.b.append(Value::List(slot), &self.stack[mark..], at);
+                self.stack.truncate(mark);
+                self.push_open(Value::List(slot), at)?;
+                done?;
+            }
+            b'e' | 0x90 => {
+                let mark = self.pop_mark(at)?;
+                let target = mark.checked_sub(1).map(|p| self.stack[p]).ok_or_else(|| malformed(at, "APPENDS with no list under its mark"))?;
+                let done = self.b.append(target, &self.stack[mark..], at);
+                self.stack.truncate(mark);
+                done?;
+            }
+            b'a' => {
+                let v = self.pop(at)?;
+                let target = self.top(at)?;
+                self.b.append(target, &[v], at)?;
+            }
+            b't' => {
+                self.drop_to_mark(at)?;
+                self.push(Value::Opaque(Kind::Tuple), at)?;
+            }
+            0x85..=0x87 => {
+                for _ in 0..(op - 0x84) {
+                    let v = self.pop(at)?;
+                    self.b.discard(v, at)?;
+                }
+                self.push(Value::Opaque(Kind::Tuple), at)?;
+            }
+            0x91 => {
+                self.drop_to_mark(at)?;
+                self.push(Value::Opaque(Kind::Set), at)?;
+            }
+
+            // Numbers and constants.
+            b'N' => self.push(Value::None, at)?,
+            0x88 => self.push(Value::Bool(true), at)?,
+            0x89 => self.push(Value::Bool(false), at)?,
             b'J' => {
-                let v = i32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
-                self.stack.push(Value::Int(v as i64));
+                let v = i32::from_le_bytes(self.le()?);
+                self.push(Value::Int(v as i64), at)?;
             }
             b'K' => {
                 let v = self.u8()?;
-                self.stack.push(Value::Int(v as i64));
+                self.push(Value::Int(v as i64), at)?;
             }
             b'M' => {
-                let v = self.u16()?;
-                self.stack.push(Value::Int(v as i64));
+                let v = u16::from_le_bytes(self.le()?);
+                self.push(Value::Int(v as i64), at)?;
             }
             0x8a | 0x8b => {
-                let n = if op == 0x8a { self.u8()? as usize } else { self.u32()? as usize };
+                let n = if op == 0x8a { self.u8()? as usize } else { u32::from_le_bytes(self.le()?) as usize };
                 let bytes = self.take(n)?;
-                self.stack.push(long(bytes));
+                self.push(long(bytes), at)?;
+            }
+            b'I' | b'L' => {
+                let v = self.int_line(at)?;
+                self.push(v, at)?;
             }
             b'G' => {
-                let v = f64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes"));
-                self.stack.push(Value::Float(v));
-            }
-            b'N' => self.stack.push(Value::None),
-            0x88 => self.stack.push(Value::Bool(true)),
-            0x89 => self.stack.push(Value::Bool(false)),
-            0x8c | b'X' | 0x8d => {
-                let n = match op {
-                    0x8c => self.u8()? as usize,
-                    b'X' => self.u32()? as usize,
-                    _ => usize::try_from(self.u64()?).map_err(|_| self.malformed("a string longer than memory"))?,
-                };
-                let bytes = self.take(n)?;
-                let v = self.intern(bytes)?;
-                self.stack.push(v);
-            }
-            b'C' | b'B' | 0x8e | 0x96 | b'U' | b'T' => {
-                let n = match op {
-                    b'C' | b'U' => self.u8()? as usize,
-                    b'B' | b'T' => self.u32()? as usize,
-                    _ => usize::try_from(self.u64()?).map_err(|_| self.malformed("bytes longer than memory"))?,
-                };
-                let bytes = self.take(n)?;
-                let v = if matches!(op, b'U' | b'T') { self.intern(bytes)? } else { Value::Bytes(Rc::from(bytes)) };
-                self.stack.push(v);
-            }
-            b'I' => {
-                let line = self.line()?;
-                let text = std::str::from_utf8(line).unwrap_or("").trim();
-                let v = match text {
-                    "00" => Value::Bool(false),
-                    "01" => Value::Bool(true),
-                    t => Value::Int(t.parse().map_err(|_| self.malformed(format!("INT `{t}`")))?),
-                };
-                self.stack.push(v);
-            }
-            b'L' => {
-                let line = self.line()?;
-                let text = std::str::from_utf8(line).unwrap_or("").trim().trim_end_matches('L');
-                let v = text.parse().map(Value::Int).unwrap_or_else(|_| Value::BigInt(Rc::from(line)));
-                self.stack.push(v);
+                let v = f64::from_be_bytes(self.le()?);
+                self.push(Value::Float(v), at)?;
             }
             b'F' => {
                 let line = self.line()?;
                 let text = std::str::from_utf8(line).unwrap_or("").trim();
-                self.stack.push(Value::Float(text.parse().map_err(|_| self.malformed(format!("FLOAT `{text}`")))?));
+                let v = text.parse().map_err(|_| malformed(at, format!("a float written `{text}`")))?;
+                self.push(Value::Float(v), at)?;
             }
-            b'V' | b'S' => {
+
+            // Strings: read in place and interned.
+            0x8c | b'X' | 0x8d | b'U' | b'T' => {
+                let n = match op {
+                    0x8c | b'U' => self.u8()? as usize,
+                    b'X' => u32::from_le_bytes(self.le()?) as usize,
+                    b'T' => usize::try_from(i32::from_le_bytes(self.le()?)).map_err(|_| malformed(at, "a string of negative length"))?,
+                    _ => self.len64()?,
+                };
+                let bytes = self.take(n)?;
+                let id = self.b.intern(bytes, at)?;
+                self.push(Value::Str(id), at)?;
+            }
+            b'V' => {
                 let line = self.line()?;
-                let text = if op == b'S' { line.strip_prefix(b"'").and_then(|l| l.strip_suffix(b"'")).unwrap_or(line) } else { line };
-                let v = self.intern(text)?;
-                self.stack.push(v);
+                let id = match raw_unicode_escape(line) {
+                    None => self.b.intern(line, at)?,
+                    Some(text) => self.b.intern_owned(text?.into_bytes(), at)?,
+                };
+                self.push(Value::Str(id), at)?;
             }
+            b'S' => {
+                let line = self.line()?;
+                let text = line.strip_prefix(b"'").and_then(|l| l.strip_suffix(b"'")).or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\""))).unwrap_or(line);
+                let id = self.b.intern(text, at)?;
+                self.push(Value::Str(id), at)?;
+            }
+            b'C' | b'B' | 0x8e | 0x96 => {
+                let n = match op {
+                    b'C' => self.u8()? as usize,
+                    b'B' => u32::from_le_bytes(self.le()?) as usize,
+                    _ => self.len64()?,
+                };
+                self.take(n)?;
+                self.push(Value::Opaque(Kind::Bytes), at)?;
+            }
+            // Out-of-band buffers (protocol 5): the data is not in the file.
+            0x97 => self.push(Value::Opaque(Kind::Bytes), at)?,
+            0x98 => {
+                self.top(at)?;
+            }
+
+            // The memo.
             0x94 => {
-                let key = self.next_memo;
-                self.next_memo += 1;
-                self.memoize(key)?;
+                let key = self.b.memo.count;
+                self.memoize(key, at)?;
             }
             b'q' => {
                 let key = self.u8()? as u32;
-                self.memoize(key)?;
+                self.memoize(key, at)?;
             }
             b'r' => {
-                let key = self.u32()?;
-                self.memoize(key)?;
+                let key = u32::from_le_bytes(self.le()?);
+                self.memoize(key, at)?;
             }
             b'p' => {
-                let line = self.line()?;
-                let key = std::str::from_utf8(line).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| self.malformed("PUT key"))?;
-                self.memoize(key)?;
+                let key = self.key_line(at)?;
+                self.memoize(key, at)?;
             }
             b'h' => {
                 let key = self.u8()? as u32;
-                self.get(key)?;
+                self.get(key, at)?;
             }
             b'j' => {
-                let key = self.u32()?;
-                self.get(key)?;
+                let key = u32::from_le_bytes(self.le()?);
+                self.get(key, at)?;
             }
             b'g' => {
-                let line = self.line()?;
-                let key = std::str::from_utf8(line).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| self.malformed("GET key"))?;
-                self.get(key)?;
+                let key = self.key_line(at)?;
+                self.get(key, at)?;
             }
+
+            // Objects: classes, calls and their state are not a snapshot's; they stand as
+            // opaque values so that a pickle of something else is reported as such.
             b'c' => {
-                let module = String::from_utf8_lossy(self.line()?).into_owned();
-                let name = String::from_utf8_lossy(self.line()?).into_owned();
-                self.stack.push(Value::Object(Rc::from(format!("{module}.{name}"))));
+                self.line()?;
+                self.line()?;
+                self.push(Value::Opaque(Kind::Object), at)?;
             }
             0x93 => {
-                let name = self.pop()?;
-                let module = self.pop()?;
-                let text = format!("{}.{}", module.as_str().unwrap_or("?"), name.as_str().unwrap_or("?"));
-                self.stack.push(Value::Object(Rc::from(text)));
+                for _ in 0..2 {
+                    let v = self.pop(at)?;
+                    self.b.discard(v, at)?;
+                }
+                self.push(Value::Opaque(Kind::Object), at)?;
             }
-            b'R' | 0x81 => {
-                let _args = self.pop()?;
-                let callable = self.pop()?;
-                self.stack.push(Value::Object(Rc::from(match callable {
-                    Value::Object(name) => name.to_string(),
-                    other => other.kind().to_string(),
-                })));
+            b'R' | 0x81 | 0x92 => {
+                for _ in 0..(if op == 0x92 { 3 } else { 2 }) {
+                    let v = self.pop(at)?;
+                    self.b.discard(v, at)?;
+                }
+                self.push(Value::Opaque(Kind::Object), at)?;
             }
-            0x92 => {
-                let _kwargs = self.pop()?;
-                let _args = self.pop()?;
-                let cls = self.pop()?;
-                self.stack.push(Value::Object(Rc::from(cls.as_str().unwrap_or("object"))));
+            b'i' => {
+                self.line()?;
+                self.line()?;
+                self.drop_to_mark(at)?;
+                self.push(Value::Opaque(Kind::Object), at)?;
+            }
+            b'o' => {
+                self.drop_to_mark(at)?;
+                self.push(Value::Opaque(Kind::Object), at)?;
             }
             b'b' => {
-                let _state = self.pop()?;
+                let state = self.pop(at)?;
+                self.b.discard(state, at)?;
+                self.top(at)?;
             }
+            b'P' => {
+                self.line()?;
+                self.push(Value::Opaque(Kind::Object), at)?;
+            }
+            b'Q' => {
+                let id = self.pop(at)?;
+                self.b.discard(id, at)?;
+                self.push(Value::Opaque(Kind::Object), at)?;
+            }
+            0x82..=0x84 => {
+                self.take(1 << (op - 0x82))?;
+                self.push(Value::Opaque(Kind::Object), at)?;
+            }
+
+            // The stack itself.
             b'0' => {
-                self.pop()?;
+                let v = self.pop(at)?;
+                self.b.discard(v, at)?;
             }
-            b'1' => {
-                self.pop_mark()?;
-            }
+            b'1' => self.drop_to_mark(at)?,
             b'2' => {
-                let v = self.top()?.clone();
-                self.stack.push(v);
+                let v = match self.top(at)? {
+                    open @ (Value::Dict(_) | Value::List(_) | Value::Item(_)) => self.freeze(open, at)?,
+                    v => v,
+                };
+                self.push(v, at)?;
             }
-            _ => return Err(PickleError::Opcode { op, at }),
+            _ => return Err(PickleError::Opcode { op, at }.into()),
         }
         Ok(())
     }
 }
 
 /// A little-endian two's-complement integer of `bytes.len()` bytes. Writers may pad with sign
-/// bytes (serde-pickle writes a u64 in 9 bytes): those still fit in an i64.
-fn long(bytes: &[u8]) -> Value {
+/// bytes (serde-pickle writes a u64 in 9 bytes): those still fit.
+#[inline(always)]
+pub(crate) fn long(bytes: &[u8]) -> Value {
+    if bytes.len() <= 8 {
+        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+        let mut buf = if negative { [0xff; 8] } else { [0; 8] };
+        buf[..bytes.len()].copy_from_slice(bytes);
+        return Value::Int(i64::from_le_bytes(buf));
+    }
+    long_wide(bytes)
+}
+
+/// [`long`] for more than eight bytes.
+fn long_wide(bytes: &[u8]) -> Value {
     let mut bytes = bytes;
     while bytes.len() > 8 {
         let (last, rest) = bytes.split_last().expect("longer than 8");
@@ -597,14 +848,48 @@ fn long(bytes: &[u8]) -> Value {
         }
         bytes = rest;
     }
-    if bytes.len() <= 8 {
-        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
-        let mut buf = if negative { [0xff; 8] } else { [0; 8] };
-        buf[..bytes.len()].copy_from_slice(bytes);
-        Value::Int(i64::from_le_bytes(buf))
-    } else {
-        Value::BigInt(Rc::from(bytes))
+    match bytes.len() {
+        0..=8 => {
+            let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+            let mut buf = if negative { [0xff; 8] } else { [0; 8] };
+            buf[..bytes.len()].copy_from_slice(bytes);
+            Value::Int(i64::from_le_bytes(buf))
+        }
+        // 2^63 to 2^64 - 1: eight bytes of magnitude and a zero sign byte.
+        9 if bytes[8] == 0 => Value::UInt(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))),
+        _ => Value::Huge,
     }
+}
+
+/// Protocol 0's UNICODE argument (Python's `raw-unicode-escape`): bytes below 256 stand for
+/// themselves, `\uXXXX` and `\UXXXXXXXX` for the rest. `None` when there is nothing to decode
+/// (plain ASCII, the usual case), so that the text is read in place.
+fn raw_unicode_escape(line: &[u8]) -> Option<std::result::Result<String, ReadError>> {
+    if line.iter().all(|&b| b < 0x80 && b != b'\\') {
+        return None;
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        let digits = match (b, line.get(i + 1)) {
+            (b'\\', Some(b'u')) => 4,
+            (b'\\', Some(b'U')) => 8,
+            _ => 0,
+        };
+        if digits > 0 {
+            let hex = line.get(i + 2..i + 2 + digits).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u32::from_str_radix(h, 16).ok());
+            match hex.and_then(char::from_u32) {
+                Some(c) => out.push(c),
+                None => return Some(Err(malformed(0, "a protocol 0 string with a bad \\u escape"))),
+            }
+            i += 2 + digits;
+        } else {
+            out.push(b as char);
+            i += 1;
+        }
+    }
+    Some(Ok(out))
 }
 
 #[cfg(test)]
@@ -613,45 +898,35 @@ mod tests {
 
     #[test]
     fn small_longs_decode_with_their_sign() {
-        assert!(matches!(long(&[0xff]), Value::Int(-1)));
-        assert!(matches!(long(&[0x00, 0x01]), Value::Int(256)));
-        assert!(matches!(long(&[]), Value::Int(0)));
-        assert!(matches!(long(&[0; 9]), Value::Int(0)), "sign padding is not a big int");
-        assert!(matches!(long(&[64, 55, 82, 40, 85, 86, 0, 0, 0]), Value::Int(94_923_748_685_632)), "serde-pickle's u64");
-        assert!(matches!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Value::BigInt(_)), "2^63 does not fit");
-        assert!(matches!(long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::BigInt(_)));
+        assert_eq!(long(&[0xff]), Value::Int(-1));
+        assert_eq!(long(&[0x00, 0x01]), Value::Int(256));
+        assert_eq!(long(&[]), Value::Int(0));
+        assert_eq!(long(&[0; 9]), Value::Int(0), "sign padding is not a wide int");
+        assert_eq!(long(&[64, 55, 82, 40, 85, 86, 0, 0, 0]), Value::Int(94_923_748_685_632), "serde-pickle's u64");
+        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Value::UInt(1 << 63), "2^63 is a u64");
+        assert_eq!(long(&[0xff; 8].iter().copied().chain([0]).collect::<Vec<_>>()), Value::UInt(u64::MAX));
+        assert_eq!(long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::Huge);
+        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Value::Int(i64::MIN));
+        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff]), Value::Huge, "below -2^63");
     }
 
     #[test]
-    fn garbage_and_cut_files_are_errors_not_panics() {
-        assert_eq!(parse(b"hello").unwrap_err(), PickleError::NotPickle(b'h'));
-        assert!(matches!(parse(b"\x80\x04\x95").unwrap_err(), PickleError::Truncated(..)));
-        assert!(matches!(parse(b"\x80\x04}\x94(\x8c").unwrap_err(), PickleError::Truncated(..)));
-        assert!(matches!(parse(b"\x80\x04a.").unwrap_err(), PickleError::Malformed { .. }));
+    fn protocol_zero_strings_decode_their_escapes() {
+        assert!(raw_unicode_escape(b"plain").is_none());
+        assert_eq!(raw_unicode_escape(b"caf\xe9 \\u2603 \\U0001f600 \\u005c").unwrap().unwrap(), "café ☃ 😀 \\");
+        assert!(raw_unicode_escape(b"\\uzz").unwrap().is_err());
     }
 
     #[test]
-    fn identical_frames_are_shared_and_the_memo_keeps_what_it_stored() {
-        // [E, {'a': 1}, E] where E is an empty list memoized as 1 and fetched again after a dict
-        // built by DICT (not memoized before it was filled) at the same depth: the dict's
-        // sharing must not take E's memo slot.
-        let v = parse(b"\x80\x02]q\x00(]q\x01e((U\x01aK\x01dq\x02h\x01e.").unwrap();
-        let items = v.items().unwrap();
-        assert_eq!(items.len(), 3);
-        assert!(matches!(&items[2], Value::List(l) if l.borrow().is_empty()), "{:?}", items[2]);
-        assert_eq!(items[1].get("a").and_then(|a| a.as_i64()), Some(1));
-        // Two equal frames in two stacks: one dict, and one stack list.
-        let frame = b"}\x94(\x8c\x08filename\x94\x8c\x04a.py\x94\x8c\x04line\x94K\x07u";
-        let mut p = b"\x80\x04]\x94(".to_vec();
-        for _ in 0..2 {
-            p.extend_from_slice(b"]\x94(");
-            p.extend_from_slice(frame);
-            p.push(b'e');
+    fn the_memo_stays_dense_in_order_and_sparse_far_beyond() {
+        let mut m = Memo::default();
+        for k in 0..10 {
+            m.set(k, T_STR | k);
         }
-        p.extend_from_slice(b"e.");
-        let v = parse(&p).unwrap();
-        let stacks = v.items().unwrap();
-        assert_eq!(ptr(&stacks[0]), ptr(&stacks[1]), "the same stack is held once");
-        assert_eq!(stacks[0].items().unwrap()[0].get("line").and_then(|l| l.as_i64()), Some(7));
+        m.set(20, T_STR | 20);
+        assert_eq!(m.dense.len(), 21, "a small gap is filled in place");
+        m.set(4_000_000_000, T_STR | 1);
+        assert_eq!(m.dense.len(), 21, "a key of four billion does not allocate four billion slots");
+        assert_eq!((m.get(4_000_000_000), m.get(3), m.get(15), m.count), (T_STR | 1, T_STR | 3, 0, 12));
     }
 }

@@ -6,6 +6,12 @@
 - handmade_p{0,2,4,5}.pickle: the dict of torch.cuda.memory._snapshot()'s docstring, with every
   block state and trace action, unknown keys and an unknown action from a "newer PyTorch",
   pickled at four protocols; before.pickle/after.pickle: the same service 100 and 600 requests in.
+- shaped_{shared,fresh}_p{0..5}.pickle: a snapshot-shaped dict pickled by Python's own pickle at
+  every protocol, its frame dicts either shared objects (which pickle memoizes: recent PyTorch's
+  shape) or new objects with new strings for every block and event (older writers'); three
+  devices, one with an empty trace; addresses and sizes wider than 8 bytes; plus
+  shaped.oracle.json, what the dict holds, computed here, and checked against PyTorch's own
+  _memory_viz.segsum and trace (which raise on a malformed snapshot).
 - Bad files: truncated, not a pickle, a pickle of a list, a pickled tensor.
 
 Usage: python make_snapshots.py OUT_DIR
@@ -107,6 +113,98 @@ for proto in (0, 2, 4, 5):
 for name, requests in (("before", 100), ("after", 600)):
     with open(os.path.join(out, f"{name}.pickle"), "wb") as f:
         pickle.dump(snapshot(requests), f)
+# --- Python's pickle of snapshot-shaped dicts, shared and fresh frames, every protocol --------
+from torch.cuda._memory_viz import segsum, trace as viz_trace
+
+FILES = [f"/srv/app/handlers_{i}.py" for i in range(6)] + [TORCH, "/usr/lib/python3.11/asyncio/events.py"]
+FRAMES = [(FILES[i % len(FILES)], 10 + 7 * i, f"step_{i % 9}") for i in range(30)]
+STACKS = [[(k * 7 + j) % 30 for j in range(1 + k % 6)] for k in range(12)]
+
+
+def shaped(shared):
+    shared_frames = [frame(*f) for f in FRAMES]
+    shared_stacks = [[shared_frames[i] for i in s] for s in STACKS]
+
+    def fresh(text):
+        return text.encode().decode()  # a new str object: pickle writes it again
+
+    def stack(k):
+        if shared:
+            return shared_stacks[k]
+        return [{fresh(key): (fresh(v) if isinstance(v, str) else v) for key, v in frame(*FRAMES[i]).items()} for i in STACKS[k]]
+
+    segments, traces = [], [[], [], []]
+    address = 0x7F0000000000
+    for n in range(40):
+        if n == 39:
+            address = (1 << 63) + 0x1000  # an address that needs nine bytes
+        sizes = [512 * (1 + (n * 5 + b * 3) % 97) for b in range(1 + n % 5)]
+        states = ["active_allocated", "active_allocated", "inactive", "active_pending_free"]
+        blocks, offset = [], 0
+        for b, size in enumerate(sizes):
+            state = states[(n + b) % 4]
+            blocks.append({"address": address + offset, "size": size, "requested_size": size - (n % 7) * 8 if state != "inactive" else 0,
+                           "state": state, "frames": stack((n + b) % 12) if state != "inactive" else []})
+            offset += size
+        segments.append({"device": n % 3, "address": address, "total_size": offset, "allocated_size": 0, "active_size": 0, "requested_size": 0,
+                         "stream": 0 if n % 2 else 94523674563456, "segment_type": "large" if offset > 1 << 20 else "small",
+                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks})
+        address += offset
+    t = 1_700_000_000_000_000
+    for d in (0, 2):  # device 1 records nothing
+        for r in range(1500):
+            addr = 0x7E0000000000 + (r % 64) * 4096 if r % 50 else (1 << 64) - 4096 * (r + 1)
+            t += 3
+            traces[d].append({"action": "alloc", "addr": addr, "size": 512 * (1 + r % 13), "stream": 0, "time_us": t, "frames": stack(r % 12),
+                              "compile_context": "N/A", "user_metadata": ""})
+            if r % 17:  # every seventeenth allocation is kept
+                for action in ("free_requested", "free_completed"):
+                    t += 1
+                    traces[d].append({"action": action, "addr": addr, "size": 512 * (1 + r % 13), "stream": 0, "time_us": t, "frames": stack(r % 12),
+                                      "compile_context": "N/A", "user_metadata": ""})
+        traces[d].append({"action": "oom", "addr": 0, "size": 1 << 40, "stream": 0, "time_us": t + 5, "device_free": (1 << 64) - 1, "frames": stack(0)})
+    return {"segments": segments, "device_traces": traces, "allocator_settings": {"max_split_size": -1, "roundup_power2_divisions": {"1": 1}},
+            "external_annotations": [{"device": 0, "stage": "START", "name": "forward", "time_us": t}]}
+
+
+def survivors(events, since):
+    """The allocations from event `since` on that nothing freed: each address's last alloc or free."""
+    live = {}
+    for e in events[since:]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+        elif e["action"] in ("free_requested", "free_completed"):
+            live.pop(e["addr"], None)
+    return sum(live.values())
+
+
+def site(f):
+    return f"{f['filename']}:{f['line']} in {f['name']}"
+
+
+reference = shaped(True)
+segsum(reference)  # PyTorch's own reader raises if the segments do not add up
+viz_trace(reference)
+active = [b for s in reference["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+holders = {}
+for b in active:
+    key = (site(b["frames"][0]), tuple(site(f) for f in b["frames"][1:]))
+    bytes_, blocks = holders.get(key, (0, 0))
+    holders[key] = (bytes_ + b["size"], blocks + 1)
+since = len(reference["device_traces"][2]) // 2
+json.dump({"reserved": sum(s["total_size"] for s in reference["segments"]),
+           "allocated": sum(b["size"] for b in active),
+           "pending": sum(b["size"] for s in reference["segments"] for b in s["blocks"] if b["state"] == "active_pending_free"),
+           "blocks": sum(len(s["blocks"]) for s in reference["segments"]),
+           "trace_lengths": [len(t) for t in reference["device_traces"]],
+           "since": since, "since_bytes": survivors(reference["device_traces"][2], since),
+           "holders": sorted([[b, n, s, list(rest)] for (s, rest), (b, n) in holders.items()], key=lambda h: (-h[0], h[2]))},
+          open(os.path.join(out, "shaped.oracle.json"), "w"))
+for sharing in ("shared", "fresh"):
+    for proto in range(6):
+        with open(os.path.join(out, f"shaped_{sharing}_p{proto}.pickle"), "wb") as f:
+            pickle.dump(shaped(sharing == "shared"), f, protocol=proto)
+
 data = pickle.dumps(snapshot(100))
 open(os.path.join(out, "truncated.pickle"), "wb").write(data[: len(data) // 2])
 open(os.path.join(out, "not_a_pickle.pickle"), "wb").write(b"this is a text file, not a pickle\n")

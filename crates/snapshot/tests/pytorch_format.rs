@@ -1,19 +1,29 @@
 //! `explain` and `diff` on files written by PyTorch's own Python: a snapshot PyTorch builds from
 //! a real profile of a leaking loop, the `_snapshot()` format at four pickle protocols with
-//! every state and action plus keys from a newer PyTorch, and bad files of every kind.
+//! every state and action plus keys from a newer PyTorch, snapshot-shaped dicts that Python's
+//! pickle writes at every protocol with shared or fresh frames (checked against what Python
+//! says they hold), and bad files of every kind. Every file reads the same in one pass and
+//! plainly.
 
-use leaklab_snapshot::{diff, explain, load, Since, View};
+mod common;
+
+use common::canonical;
+use leaklab_snapshot::trim::{trim, TrimOptions};
+use leaklab_snapshot::{diff, explain, load, load_with, ReadOptions, Since, View};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+fn python() -> String {
+    std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON to a python with torch")
+}
 
 /// The fixtures, made once per test run by tests/make_snapshots.py with the provisioned torch.
 fn fixtures() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let python = std::env::var("LEAKLAB_PYTHON").expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON to a python with torch");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_snapshots.py");
-        let out = std::process::Command::new(python).arg(script).arg(dir.path()).output().unwrap();
+        let out = std::process::Command::new(python()).arg(script).arg(dir.path()).output().unwrap();
         assert!(out.status.success(), "make_snapshots.py failed: {}", String::from_utf8_lossy(&out.stderr));
         dir
     })
@@ -82,6 +92,103 @@ fn diff_finds_what_accumulated_per_request_and_names_its_line() {
     assert_eq!(d.holders[0].site, "/srv/app/service.py:57 in record_metrics");
     assert_eq!(d.bytes_per_request, Some(32768.0));
     assert!(d.holders[0].stack[0].contains("service.py:90 in handle"));
+}
+
+/// Every fixture that reads, read in one pass and plainly: the same snapshot.
+#[test]
+fn every_file_reads_the_same_in_one_pass_and_plainly() {
+    let plain = ReadOptions { plain: true, ..ReadOptions::default() };
+    let mut read = 0;
+    for entry in std::fs::read_dir(fixtures()).unwrap() {
+        let path = entry.unwrap().path();
+        if let (Ok(fast), Ok(slow)) = (load(&path), load_with(&path, &plain)) {
+            assert_eq!(canonical(&fast), canonical(&slow), "{}", path.display());
+            read += 1;
+        }
+    }
+    // Twelve shaped files, four handmade ones, the profile, before and after.
+    assert_eq!(read, 19, "fixtures read");
+}
+
+#[test]
+fn pythons_pickle_at_every_protocol_with_shared_or_fresh_frames_reads_as_python_says() {
+    let oracle: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file("shaped.oracle.json")).unwrap()).unwrap();
+    let number = |key: &str| oracle[key].as_u64().unwrap();
+    let since = Since::Event(number("since") as usize);
+    let mut reference: Option<serde_json::Value> = None;
+    for sharing in ["shared", "fresh"] {
+        for proto in 0..=5 {
+            let name = format!("shaped_{sharing}_p{proto}.pickle");
+            let snap = load(&file(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let e = explain(&snap, View { all_frames: true }, Some(since));
+            assert_eq!((e.reserved_bytes, e.allocated_bytes, e.pending_free_bytes), (number("reserved"), number("allocated"), number("pending")), "{name}");
+            assert_eq!(snap.segments.iter().map(|s| s.block_count() as u64).sum::<u64>(), number("blocks"), "{name}");
+            let lengths: Vec<u64> = snap.traces.iter().map(|t| t.len() as u64).collect();
+            assert_eq!(serde_json::to_value(&lengths).unwrap(), oracle["trace_lengths"], "{name}: one trace per device, device 1's empty");
+            assert_eq!(e.since.as_ref().unwrap().bytes, number("since_bytes"), "{name}");
+            // Every stack's live bytes and blocks, full frames, as Python counts them.
+            let holders: Vec<serde_json::Value> = e.holders.iter().map(|h| serde_json::json!([h.bytes, h.blocks, h.site, h.stack])).collect();
+            assert_eq!(serde_json::Value::from(holders), oracle["holders"], "{name}");
+            // The nine-byte address and the largest u64 (an oom's `device_free`) are read whole.
+            assert!(snap.segments.iter().any(|s| s.address == (1 << 63) + 0x1000), "{name}");
+            let as_json = serde_json::to_value(&e).unwrap();
+            match &reference {
+                None => reference = Some(as_json),
+                Some(r) => assert_eq!(&as_json, r, "{name} explains differently from shaped_shared_p0"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_trimmed_snapshot_opens_in_pytorchs_memory_viz_and_keeps_the_top_holders_and_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (file("shaped_fresh_p5.pickle"), dir.path().join("small.pickle"));
+    let t = trim(&input, &output, &TrimOptions { since: Some(Since::Event(3000)), top: 2, view: View::default() }).unwrap();
+    let (original, small) = (load(&input).unwrap(), load(&output).unwrap());
+    let (before, after) = (explain(&original, View::default(), None), explain(&small, View::default(), None));
+    // The totals stay; the top two holders are there as they were; everything else is one
+    // holder of merged blocks.
+    assert_eq!((after.reserved_bytes, after.allocated_bytes, after.pending_free_bytes), (before.reserved_bytes, before.allocated_bytes, before.pending_free_bytes));
+    for h in &before.holders[..2] {
+        assert!(after.holders.contains(h), "{h:?} is not in {:#?}", after.holders);
+    }
+    assert_eq!(after.holders.len(), 3, "{:#?}", after.holders);
+    let others = after.holders.iter().find(|h| h.site.starts_with("<leaklab trim>:0 in holders outside the top 2")).unwrap();
+    assert_eq!(others.bytes, before.allocated_bytes - before.holders[0].bytes - before.holders[1].bytes);
+    assert_eq!((t.kept_bytes, t.other_bytes), (before.holders[0].bytes + before.holders[1].bytes, others.bytes));
+    // The window: from event 3000 on, on each device that has that many.
+    let windows: Vec<usize> = small.traces.iter().map(|t| t.len()).collect();
+    let expected: Vec<usize> = original.traces.iter().map(|t| t.len().saturating_sub(3000)).collect();
+    assert_eq!((windows.clone(), t.window_events.clone()), (expected.clone(), expected));
+    // PyTorch's tools read it, and it holds only what the browser viewer's unpickler knows.
+    let out = std::process::Command::new(python()).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/check_trimmed.py")).arg(&output).output().unwrap();
+    assert!(out.status.success(), "check_trimmed.py: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["protocol"], 4);
+    assert_eq!(seen["unknown_to_viewer"], serde_json::json!([]));
+    assert_eq!((seen["segments"].as_u64(), seen["reserved"].as_u64(), seen["allocated"].as_u64()), (Some(t.segments as u64), Some(before.reserved_bytes), Some(before.allocated_bytes)));
+    assert_eq!(seen["blocks"].as_u64(), Some((t.blocks_kept + t.blocks_merged) as u64));
+    assert_eq!(seen["trace_lengths"], serde_json::to_value(&windows).unwrap());
+    assert!(seen["trace_lines"].as_u64().unwrap() > windows.iter().sum::<usize>() as u64, "trace() printed every event: {seen}");
+    assert!(t.output_bytes * 4 < t.input_bytes, "trimmed {} of {} bytes", t.output_bytes, t.input_bytes);
+}
+
+#[test]
+fn a_bad_input_leaves_the_output_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("small.pickle");
+    std::fs::write(&output, b"an earlier trim").unwrap();
+    let options = TrimOptions { since: None, top: 5, view: View::default() };
+    let e = trim(&file("truncated.pickle"), &output, &options).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("small.pickle")], "no temporary file is left");
+    assert_eq!(std::fs::read(&output).unwrap(), b"an earlier trim");
+    // Without --since, no trace: a small file of the segments and holders.
+    let t = trim(&file("handmade_p4.pickle"), &output, &options).unwrap();
+    assert_eq!(t.window_events, vec![0]);
+    assert_eq!(load(&output).unwrap().traces[0].len(), 0);
 }
 
 #[test]
