@@ -50,6 +50,42 @@ pub struct BenchReport {
     /// the 5 GB one, and files written by CPython when it was given some.
     #[serde(default)]
     pub snapshot_runs: Vec<SnapshotRun>,
+    /// The Python agent's costs (census_bench.py's output), when they were measured.
+    #[serde(default)]
+    pub agent: Option<AgentCosts>,
+}
+
+/// What the Python agent costs: crates/cli/python/bench/census_bench.py's JSON, the fields the
+/// page shows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentCosts {
+    pub middleware: MiddlewareCost,
+    pub census: Vec<CensusCost>,
+}
+
+/// A request through `LeaklabDebug` against the bare app: medians of interleaved rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MiddlewareCost {
+    pub requests_per_round: u64,
+    pub rounds: u32,
+    pub bare_us: f64,
+    pub with_agent_us: f64,
+    pub added_us: f64,
+    pub added_us_rounds: Vec<f64>,
+}
+
+/// One census among 10,000 live tensors and `extra_objects` more Python objects.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CensusCost {
+    pub extra_objects: u64,
+    pub objects: u64,
+    pub tensors: u64,
+    pub seconds_best: f64,
+    pub cpu_seconds_best: f64,
+    pub event_loop_longest_wait_ms: f64,
+    pub event_loop_longest_wait_without_census_ms: f64,
+    pub gc_get_objects_ms: f64,
+    pub peak_rss_growth_mb: f64,
 }
 
 /// One `snapshot explain` run as a child process: its wall time and peak anonymous memory.
@@ -146,6 +182,7 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|p| serde_json::from_value(p["runs"].clone()).ok())
             .unwrap_or_default(),
+        agent: std::fs::read(options.criterion_dir.join("agent/census.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()),
     }
 }
 
@@ -261,9 +298,31 @@ impl BenchReport {
             }
         }
         md.push_str(&self.instrument_markdown());
+        md.push_str(&self.agent_markdown());
         md.push_str("\n## Raw criterion means (ns per iteration)\n\n| benchmark | mean |\n|---|---|\n");
         for (id, ns) in &self.criterion {
             md.push_str(&format!("| {id} | {ns:.0} |\n"));
+        }
+        md
+    }
+
+    /// The Python agent's costs: what the middleware adds to a request that is not its own, and
+    /// what a census costs and how long it keeps an event loop waiting.
+    fn agent_markdown(&self) -> String {
+        let Some(a) = &self.agent else {
+            return "\n## The Python agent's costs\n\nNot measured (crates/cli/python/bench/census_bench.py).\n".into();
+        };
+        let m = &a.middleware;
+        let (low, high) = m.added_us_rounds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let mut md = format!(
+            "\n## The Python agent's costs\n\nFrom crates/cli/python/bench/census_bench.py. `LeaklabDebug` in front of a bare ASGI app, {} rounds of {} requests each way, interleaved: **+{:.2} µs a request** (median; {:.2} → {:.2} µs; rounds {low:.2} to {high:.2} µs), goal < 5 µs.\n\nA census among 10,000 live tensors as more Python objects are alive (goal: 10,000 tensors among 1,000,000 objects in < 1 s). The census runs in a worker thread; it holds the GIL for at most one `gc.get_objects()` call at a stretch and yields every 1,024 objects, so an event loop in the same process waits at most what the last column shows.\n\n| objects tracked | tensors | census wall (best of 3) | census CPU | longest event-loop wait (without a census) | one gc.get_objects() | peak RSS growth |\n|---|---|---|---|---|---|---|\n",
+            m.rounds, m.requests_per_round, m.added_us, m.bare_us, m.with_agent_us
+        );
+        for c in &a.census {
+            md.push_str(&format!(
+                "| {} | {} | {:.2} s | {:.2} s | {:.1} ms ({:.1} ms) | {:.1} ms | {:.1} MB |\n",
+                c.objects, c.tensors, c.seconds_best, c.cpu_seconds_best, c.event_loop_longest_wait_ms, c.event_loop_longest_wait_without_census_ms, c.gc_get_objects_ms, c.peak_rss_growth_mb
+            ));
         }
         md
     }
@@ -298,5 +357,20 @@ impl BenchReport {
         let fleet = self.criterion.iter().find(|(k, _)| k.starts_with("fleet_judge/")).map_or_else(none, |(k, ns)| format!("{}: {:.1} ms", k.trim_start_matches("fleet_judge/").replace('_', " "), ns * 1e-6));
         md.push_str(&format!("| fleet judging (lives, troughs, verdicts), no server | {fleet} | the whole scan of 1,000 series × 12 h at 15 s < 5 s (docs/fleet.md: 3.2 s with the query) |\n"));
         md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// census_bench.py's own output (a `--quick` run) reads into the report and shows on the page.
+    #[test]
+    fn the_agents_bench_output_reads_and_shows() {
+        let agent: AgentCosts = serde_json::from_str(include_str!("../tests/fixtures/census_bench_quick.json")).expect("census_bench.py's JSON");
+        let report = BenchReport { machine: String::new(), threads: 1, rust_service: None, python_service: None, failures: vec![], leaks: vec![], criterion: vec![], snapshot_runs: vec![], agent: Some(agent) };
+        let md = report.markdown("test");
+        assert!(md.contains("**+0.63 µs a request** (median; 0.89 → 1.53 µs; rounds 0.63 to 0.66 µs)"), "{md}");
+        assert!(md.contains("| 184325 | 10000 | 0.20 s | 0.19 s | 15.3 ms (1.3 ms) | 9.0 ms | 8.2 MB |"), "{md}");
     }
 }
