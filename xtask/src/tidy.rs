@@ -112,18 +112,23 @@ mod tests {
         }
     }
 
+    /// The crates `name` builds with, one `name version` a line, as cargo resolves them: normal
+    /// and build dependencies (what a `cargo install` builds), not dev-dependencies.
+    fn dependency_tree(name: &str) -> String {
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(workspace_root())
+            .args(["tree", "--offline", "--package", name, "--edges", "normal,build", "--prefix", "none", "--format", "{p}"])
+            .output()
+            .expect("cargo tree runs");
+        let tree = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success() && tree.contains(name), "cargo tree -p {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+        tree
+    }
+
     #[test]
     fn the_libtorch_free_side_has_no_torch_sys_in_its_tree() {
-        // The resolved graph, as cargo metadata has it: normal and build dependencies (what a
-        // `cargo install` builds), not dev-dependencies.
         for name in LIBTORCH_FREE {
-            let out = std::process::Command::new(env!("CARGO"))
-                .current_dir(workspace_root())
-                .args(["tree", "--offline", "--package", name, "--edges", "normal,build", "--prefix", "none", "--format", "{p}"])
-                .output()
-                .expect("cargo tree runs");
-            let tree = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success() && tree.contains(name), "cargo tree -p {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+            let tree = dependency_tree(name);
             let torch: Vec<&str> = tree.lines().filter(|l| l.starts_with("torch-sys ") || l.starts_with("tch ") || l.starts_with("leaklab-probe ")).collect();
             assert!(torch.is_empty(), "{name} depends on libtorch through {torch:?}");
         }
@@ -135,13 +140,7 @@ mod tests {
     #[test]
     fn the_detector_draws_nothing_and_the_fleet_no_plots() {
         for (name, absent) in [("leaklab-detect", &["plotters", "image", "maud", "indicatif", "tempfile"][..]), ("leaklab-fleet", &["plotters", "image"][..])] {
-            let out = std::process::Command::new(env!("CARGO"))
-                .current_dir(workspace_root())
-                .args(["tree", "--offline", "--package", name, "--edges", "normal,build", "--prefix", "none", "--format", "{p}"])
-                .output()
-                .expect("cargo tree runs");
-            let tree = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success() && tree.contains(name), "cargo tree -p {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+            let tree = dependency_tree(name);
             let found: Vec<&str> = tree.lines().filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} ")))).collect();
             assert!(found.is_empty(), "{name} depends on {found:?}: ask leaklab-report for fewer features");
         }

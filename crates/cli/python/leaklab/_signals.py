@@ -217,7 +217,7 @@ def _graphs(tensors: list[Any], counted: set[Any], tensor_type: type) -> tuple[i
             if id(node) in seen:
                 continue
             seen[id(node)] = node
-            for value in _saved(node, names, tensor_type):
+            for value in saved_tensors(node, names, tensor_type):
                 saved[id(value)] = value
                 for key, size in _storages(value):
                     if key not in counted:
@@ -234,7 +234,7 @@ def _graphs(tensors: list[Any], counted: set[Any], tensor_type: type) -> tuple[i
     return count, ids, saved_bytes
 
 
-def _saved(node: Any, cache: dict[type, tuple[str, ...]], tensor_type: type) -> list[Any]:
+def saved_tensors(node: Any, cache: dict[type, tuple[str, ...]], tensor_type: type) -> list[Any]:
     """The tensors a graph node saved for backward (none once backward has freed them)."""
     tp = type(node)
     names = cache.get(tp)

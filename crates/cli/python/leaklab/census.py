@@ -58,6 +58,8 @@ import types
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
+from leaklab._signals import saved_tensors
+
 SCHEMA = "leaklab.census/1"
 
 #: Variable parts of a path (list indices, dict keys) are written as this token.
@@ -1086,7 +1088,7 @@ class _Census:
                             "were up; the graph figures are partial"
                         )
                         return
-                for saved in self.saved(node, saved_attrs):
+                for saved in saved_tensors(node, saved_attrs, self.tensor_type):
                     for key, source in self.storages(saved):
                         self.graph_keys.add(key)
                         if key not in self.counted:
@@ -1098,22 +1100,3 @@ class _Census:
                 except Exception:
                     edges = ()
                 stack.extend(n for n, _ in edges if n is not None)
-
-    def saved(self, node: Any, cache: dict[type, tuple[str, ...]]) -> Iterator[Any]:
-        """The tensors a graph node saved for backward (none once backward has freed them)."""
-        tp = type(node)
-        names = cache.get(tp)
-        if names is None:
-            names = tuple(a for a in dir(tp) if a.startswith("_saved_"))
-            if hasattr(tp, "saved_tensors"):  # a custom autograd.Function's node
-                names += ("saved_tensors",)
-            cache[tp] = names
-        for name in names:
-            try:
-                value = getattr(node, name)
-            except Exception:  # RuntimeError once backward freed them: nothing left to count
-                continue
-            if self.is_tensor(value):
-                yield value
-            elif type(value) in (tuple, list):
-                yield from (v for v in value if self.is_tensor(v))

@@ -1,6 +1,8 @@
-//! What the tests share: a writer of snapshot pickles in every real writer's shape, and a way
-//! to compare what two readings of a snapshot say.
+//! What the tests share: a writer of snapshot pickles in every real writer's shape, a way to
+//! compare what two readings of a snapshot say, and a heap-counting allocator.
 
+#[allow(dead_code)]
+pub mod counting;
 pub mod writer;
 
 use leaklab_snapshot::Snapshot;

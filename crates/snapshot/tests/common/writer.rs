@@ -422,7 +422,7 @@ fn trace<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, device: u64, u
         p.raw(b"(");
         let mut in_batch = 0;
         while in_batch < batch {
-            let kept = h(request ^ 0xdead) % 33 == 0;
+            let kept = h(request ^ 0xdead).is_multiple_of(33);
             let base = 0x7e00_0000_0000 + device * (1 << 36) + (request % 4096) * (1 << 24);
             let mut events: Vec<(&str, u64, u64, usize)> = Vec::new();
             for k in 0..4u64 {
