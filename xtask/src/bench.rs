@@ -6,7 +6,6 @@
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
 use anyhow::{Context, Result};
-use std::process::Command;
 
 pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     torch.ensure_python_packages()?;
@@ -23,7 +22,6 @@ pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
 /// bytes this project's writer did not produce, for the snapshot bench to read beside its own;
 /// kept in target/snapshot-bench between runs (each takes minutes and 5 GB to write).
 fn python_pickled_snapshots(torch: &Torch) -> Result<Vec<String>> {
-    let python = torch.python.as_ref().context("the snapshot bench's CPython files need the provisioned python")?;
     let dir = "target/snapshot-bench";
     std::fs::create_dir_all(workspace_root().join(dir))?;
     let mut files = Vec::new();
@@ -33,8 +31,8 @@ fn python_pickled_snapshots(torch: &Torch) -> Result<Vec<String>> {
             // Written under another name and renamed, so that an interrupted run leaves no
             // half file to be measured next time.
             let partial = format!("{file}.partial");
-            let mut cmd = Command::new(python);
-            cmd.current_dir(workspace_root()).args(["crates/snapshot/benches/python_snapshot.py", &partial, "1024", shape]);
+            let mut cmd = torch.python_command("the snapshot bench's CPython files")?;
+            cmd.args(["crates/snapshot/benches/python_snapshot.py", &partial, "1024", shape]);
             run(cmd)?;
             std::fs::rename(workspace_root().join(&partial), workspace_root().join(&file))?;
         }
@@ -46,12 +44,12 @@ fn python_pickled_snapshots(torch: &Torch) -> Result<Vec<String>> {
 /// The middleware's cost per request and the census's time and pause, written where `leaklab
 /// bench` reads them (target/criterion/agent/census.json).
 fn agent_costs(torch: &Torch) -> Result<()> {
-    let python = torch.python.as_ref().context("the agent's bench needs the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)")?;
     let out = workspace_root().join("target/criterion/agent");
     std::fs::create_dir_all(&out)?;
-    let mut cmd = Command::new(python);
-    cmd.current_dir(workspace_root()).envs(torch.env()).arg("crates/cli/python/bench/census_bench.py");
-    let output = cmd.output().context("run census_bench.py")?;
+    let output = torch
+        .python_command("the agent's bench")?
+        .arg("crates/cli/python/bench/census_bench.py")
+        .output().context("run census_bench.py")?;
     anyhow::ensure!(output.status.success(), "census_bench.py failed: {}", String::from_utf8_lossy(&output.stderr));
     std::fs::write(out.join("census.json"), output.stdout)?;
     Ok(())

@@ -67,6 +67,15 @@ impl Torch {
         cmd
     }
 
+    /// The python whose torch this is, run from the workspace root with [`Torch::env`]; `what`
+    /// says which task needs it, for the error where there is none (a bare `LIBTORCH`).
+    pub fn python_command(&self, what: &str) -> Result<Command> {
+        let python = self.python.as_ref().with_context(|| format!("{what} need the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)"))?;
+        let mut cmd = Command::new(python);
+        cmd.current_dir(workspace_root()).envs(self.env());
+        Ok(cmd)
+    }
+
     /// The variables every command driven by the xtask gets.
     pub fn env(&self) -> Vec<(&'static str, OsString)> {
         let mut vars = vec![("LD_LIBRARY_PATH", prepend_path(&self.lib_dir, "LD_LIBRARY_PATH"))];

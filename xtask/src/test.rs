@@ -39,26 +39,21 @@ pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
 /// pytest11 entry point is registered as pip registers it), its suite under pytest, and the
 /// package's source under ruff and mypy --strict.
 fn python_package(torch: &Torch, wheel: &Path) -> Result<()> {
-    let python = torch.python.as_ref().context("the Python package's tests need the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)")?;
     let package = workspace_root().join("crates/cli/python");
-    let python = || {
-        let mut cmd = Command::new(python);
-        cmd.current_dir(workspace_root()).envs(torch.env());
-        cmd
-    };
-    let mut install = python();
+    let python = || torch.python_command("the Python package's tests");
+    let mut install = python()?;
     install.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps", "--force-reinstall"]).arg(wheel);
     run(install).context("the wheel does not install into the torch venv")?;
-    let mut ruff = python();
+    let mut ruff = python()?;
     ruff.args(["-m", "ruff", "check"]).arg(&package);
     run(ruff).context("ruff finds problems in crates/cli/python")?;
-    let mut format = python();
+    let mut format = python()?;
     format.args(["-m", "ruff", "format", "--check"]).arg(&package);
     run(format).context("crates/cli/python is not formatted: run `ruff format crates/cli/python`")?;
-    let mut mypy = python();
+    let mut mypy = python()?;
     mypy.args(["-m", "mypy", "--strict", "--config-file"]).arg(workspace_root().join("crates/cli/pyproject.toml")).arg(package.join("leaklab"));
     run(mypy).context("mypy --strict finds problems in the leaklab package")?;
-    let mut pytest = python();
+    let mut pytest = python()?;
     pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).arg(package.join("tests"));
     run(pytest).context("the Python package's tests failed")
 }

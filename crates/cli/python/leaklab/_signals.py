@@ -61,11 +61,11 @@ def anonymous_bytes() -> int | None:
 def return_free_heap() -> bool:
     """Hands the free pages of malloc's heap back to the system (glibc's ``malloc_trim(0)``).
 
-    Called before the judged calls and before each sample of anonymous memory: what the warm-up
-    and the first census allocated and freed would otherwise sit in the heap as free chunks that
-    a leak fills without the anonymous memory moving (measured: a 4 KiB-a-call leak went unseen
-    for 300 calls), and a clean function's freed scratch would count where it last landed.
-    Well under a millisecond; False where the C library has no ``malloc_trim`` (musl, macOS).
+    Called before each sample of anonymous memory: what the warm-up and the first census
+    allocated and freed would otherwise sit in the heap as free chunks that a leak fills without
+    the anonymous memory moving (measured: a 4 KiB-a-call leak went unseen for 300 calls), and a
+    clean function's freed scratch would count where it last landed. 0.02 ms a call in a torch
+    process; False where the C library has no ``malloc_trim`` (musl, macOS).
     """
     try:
         trim = ctypes.CDLL(None).malloc_trim

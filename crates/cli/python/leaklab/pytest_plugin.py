@@ -149,6 +149,7 @@ class _Sampler:
         self.calls = 0
         self.fn_seconds = 0.0
         self.spent = {"collect": 0.0, "anonymous": 0.0, "cuda": 0.0, "tally": 0.0}
+        self.trimmed = False  # whether malloc_trim handed the free heap back (glibc only)
 
     def sample(self, i: int, fn_seconds: float) -> None:
         clock = time.perf_counter
@@ -157,10 +158,11 @@ class _Sampler:
         t0 = clock()
         gc.collect()
         t1 = clock()
-        # Free heap handed back before each sample, not only before the first: a clean function
-        # whose scratch (a 256 kB tensor) lands at a new place in glibc's heap now and then left
-        # the freed space counted, steps of its size that read as a slope (a false alarm in CI).
-        _signals.return_free_heap()
+        # Free heap handed back before each sample: a leak cannot fill it unseen, and a clean
+        # function whose scratch (a 256 kB tensor) lands at a new place in glibc's heap now and
+        # then does not leave the freed space counted (trimmed once only, such steps read as a
+        # slope: a false alarm in CI).
+        self.trimmed = _signals.return_free_heap()
         anon = _signals.anonymous_bytes()
         if anon is not None:
             self.anon.append([i, anon])
@@ -329,7 +331,6 @@ def check(
             if frozen.ours and sampler.tallier is not None:
                 sampler.tallier.remember()
             frozen.freeze()
-        trimmed = _signals.return_free_heap()
         for i in range(warmup, warmup + calls):
             t0 = clock()
             _call(fn)
@@ -354,7 +355,7 @@ def check(
         )
     if not sampler.anon:
         notes.append("no anonymous memory: /proc/self/status has no RssAnon line on this system")
-    elif not trimmed:
+    elif not sampler.trimmed:
         notes.append("the C library has no malloc_trim: small non-tensor leaks may fill free heap unseen")
 
     request: dict[str, Any] = {
