@@ -43,7 +43,7 @@ fn check(name: &str, per_request: f64) {
     let refused = report["error_kinds"]["HTTP 422"].as_u64().unwrap_or(0);
     eprintln!("{name}: exit {:?}, exact gauge {verdict} at {slope:.0} B/request, {refused} refused", output.status.code());
     // One body in eight is raw features, which every incident refuses: the judged requests and
-    // those sent between the looks inside alike.
+    // those sent between the looks inside alike (measured: 100 of 800 in each of the six).
     let sent = report["requests_sent"].as_u64().unwrap();
     assert!((refused as f64 / (sent as f64 / 8.0) - 1.0).abs() < 0.15, "{name}: {refused} answers 422 of {sent}, not one in eight");
     if per_request == 0.0 {
