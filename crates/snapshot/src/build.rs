@@ -134,12 +134,12 @@ impl Fields {
         old
     }
 
-    /// Sets a field to a value that holds nothing (a number, string, frame or stack) over one
-    /// that held nothing either.
+    /// Field `k`'s slot, marked present, for a value that holds nothing (a number, string,
+    /// frame or stack) to be written over one that held nothing either.
     #[inline(always)]
-    pub(crate) fn set_plain(&mut self, k: u32, v: Value) {
+    pub(crate) fn slot(&mut self, k: u32) -> &mut Value {
         self.present |= 1 << k;
-        self.vals[k as usize] = v;
+        &mut self.vals[k as usize]
     }
 
 

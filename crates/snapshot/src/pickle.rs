@@ -837,6 +837,21 @@ pub(crate) fn long(bytes: &[u8]) -> Value {
     long_wide(bytes)
 }
 
+/// [`long`] of the `n` bytes at `p` in `data`: read as one word, sign-extended, when eight
+/// bytes are there (a copy of a few bytes is a call to memcpy, on the path of every address).
+#[inline(always)]
+pub(crate) fn long_at(data: &[u8], p: usize, n: usize) -> Option<Value> {
+    let bytes = data.get(p..p.checked_add(n)?)?;
+    match data.get(p..p + 8) {
+        Some(w) if (1..=8).contains(&n) => {
+            let word = u64::from_le_bytes(w.try_into().ok()?);
+            let unused = 64 - 8 * n as u32;
+            Some(Value::Int(((word << unused) as i64) >> unused))
+        }
+        _ => Some(long(bytes)),
+    }
+}
+
 /// [`long`] for more than eight bytes.
 fn long_wide(bytes: &[u8]) -> Value {
     let mut bytes = bytes;
@@ -908,6 +923,14 @@ mod tests {
         assert_eq!(long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::Huge);
         assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Value::Int(i64::MIN));
         assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff]), Value::Huge, "below -2^63");
+        // The word read agrees with the bytes read, whatever follows them.
+        for bytes in [&[][..], &[0xff], &[0x7f], &[0x00, 0x80], &[1, 2, 3, 4, 5, 6, 7], &[0xff; 8], &[0, 0, 0, 0, 0, 0, 0, 0x80, 0]] {
+            let mut data = bytes.to_vec();
+            data.extend_from_slice(&[0xaa; 9]);
+            assert_eq!(long_at(&data, 0, bytes.len()), Some(long(bytes)), "{bytes:?} then more");
+            assert_eq!(long_at(bytes, 0, bytes.len()), Some(long(bytes)), "{bytes:?} at the end");
+        }
+        assert_eq!(long_at(&[1, 2], 0, 3), None, "past the end");
     }
 
     #[test]
