@@ -160,6 +160,9 @@ struct ScanArgs {
     max_requests: usize,
     #[arg(long, default_value_t = 1, help_heading = "Requests")]
     concurrency: usize,
+    /// Send at most this many requests a second, at a steady rate (a shared service, or memory that a Prometheus watches over time), e.g. 20.
+    #[arg(long, value_parser = positive_rate, help_heading = "Requests")]
+    pace: Option<f64>,
     /// A request's longest wait, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, help_heading = "Requests")]
     timeout: std::time::Duration,
@@ -306,6 +309,14 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     leaklab_client::parse_header(s).map_err(|e| e.to_string())
 }
 
+/// Requests a second for `--pace`: a steady clock needs a positive, finite period.
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(rate) if (0.001..=1e6).contains(&rate) => Ok(rate),
+        _ => Err(format!("`{s}` is not a rate: give requests a second between 0.001 and 1000000, e.g. 20")),
+    }
+}
+
 /// `leaklab scan`: a URL to drive, or with --prometheus a fleet to read.
 fn scan(a: ScanArgs) -> ExitCode {
     let output = Output::folder(&a.out, a.json);
@@ -340,6 +351,7 @@ fn scan(a: ScanArgs) -> ExitCode {
         until_confident: a.until_confident,
         max_requests: a.max_requests,
         concurrency: a.concurrency,
+        pace: a.pace,
         time_limit: a.time_limit,
         max_error_ratio: a.max_error_ratio,
         http: a.http.options(a.timeout),

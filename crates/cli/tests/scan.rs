@@ -67,11 +67,14 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
     // runs of this test (a debug build of the service recording 50,000 allocation events with
     // their stacks, 400 judged requests, a 2-core machine shared with other builds) read
     // graph-leaky 1.61 eight times and 1.08 once, and refs-leaky 1.02, 1.05, 1.11, 1.13 and
-    // 1.20 in five runs, 2.04, 2.52, 2.53 and 2.57 in the other four. docs/scan.md has the
-    // release build's figures without the history, over 1,000 requests (1.11 and 4.03). Never
-    // below the tensors themselves; refs-leaky's bound allows its floor, which moves in steps of
-    // a few pages, to read its slope a little low.
-    for (variant, ratios) in [("graph-leaky", 1.0..1.75), ("refs-leaky", 0.95..3.0)] {
+    // 1.20 in five runs, 2.04, 2.52, 2.53 and 2.57 in the other four; a later CI rehearsal and
+    // six scans of the same build by hand read refs-leaky 4.03 or 4.04 every time, as the
+    // release build does over 1,000 requests (docs/scan.md: 1.11 and 4.03). Where malloc places
+    // refs-leaky's small tensors decides which: their multiple is malloc's, not the scan's. So
+    // refs-leaky's bound is its range of real readings (the floor, in steps of a few pages, may
+    // read a little low), and graph-leaky's narrow one is what catches a scan that counts the
+    // process twice; both catch a unit slip (pages, kB) or the wrong process.
+    for (variant, ratios) in [("graph-leaky", 1.0..1.75), ("refs-leaky", 0.95..4.5)] {
         let service = common::rust_with(variant, &["--memory-history", "50000"]);
         let snapshot = format!("{}/debug/memory/snapshot", service.base);
         let pid = service.pid();
@@ -152,6 +155,11 @@ fn bad_targets_get_clear_messages_and_exit_2() {
     assert!(code == 2 && stderr.contains("gone or unreadable"), "{stderr}");
     let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &["--cgroup", "/sys/fs/cgroup/memory/no-such-group"]);
     assert!(code == 2 && stderr.contains("not a cgroup with a memory controller"), "{stderr}");
+    // A pace that no clock can keep.
+    for pace in ["0", "-3", "inf", "fast"] {
+        let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &["--pid", &me, &format!("--pace={pace}")]);
+        assert!(code == 2 && stderr.contains("is not a rate"), "--pace {pace}: {stderr}");
+    }
     // A metrics endpoint without the series, and one that is not Prometheus text.
     let service = rust("baseline");
     let (code, _, stderr) = scan(&format!("{}/v1/infer", service.base), &body, dir.path(), &["--metrics", &format!("{}/metrics", service.base), "--series", "no_such_series"]);

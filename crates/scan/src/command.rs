@@ -22,6 +22,8 @@ pub struct ScanCommand {
     pub until_confident: bool,
     pub max_requests: usize,
     pub concurrency: usize,
+    /// Requests a second at the most, sent on a steady clock.
+    pub pace: Option<f64>,
     pub time_limit: Duration,
     pub max_error_ratio: f64,
     /// Trust, credentials, headers and the request timeout.
@@ -76,6 +78,7 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
         max_requests: cmd.max_requests.max(cmd.warmup + cmd.requests),
         until_confident: cmd.until_confident,
         concurrency: cmd.concurrency,
+        pace: cmd.pace,
         http: cmd.http,
         time_limit: cmd.time_limit,
         max_error_ratio: cmd.max_error_ratio,

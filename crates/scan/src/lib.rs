@@ -59,6 +59,9 @@ pub struct ScanOptions {
     pub max_requests: usize,
     pub until_confident: bool,
     pub concurrency: usize,
+    /// Requests a second at the most: each request starts on the tick of a steady clock, so
+    /// memory that grows per request grows at a steady rate over time too.
+    pub pace: Option<f64>,
     /// Trust, credentials, headers and the request timeout, for every request the scan sends
     /// to the service (the target, its metrics, its snapshot).
     pub http: leaklab_client::ClientOptions,
@@ -393,6 +396,9 @@ fn error_kind(e: &anyhow::Error) -> String {
 /// Sends requests until `target`, sampling after each answer. Returns why it stopped early.
 async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut State, sent: &mut usize, target: usize, started: Instant, progress: &Progress) -> Option<String> {
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    // A tick late (the service or this machine stalled) is sent as soon as it can be, so the
+    // mean rate holds.
+    let mut clock = options.pace.map(|rate| tokio::time::interval(Duration::from_secs_f64(1.0 / rate)));
     let mut tasks = tokio::task::JoinSet::new();
     let mut stop = None;
     while *sent < target || !tasks.is_empty() {
@@ -402,6 +408,9 @@ async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut Stat
                 continue;
             }
             let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            if let Some(clock) = &mut clock {
+                clock.tick().await;
+            }
             let (client, target, index) = (client.clone(), options.target.clone(), *sent as u64);
             tasks.spawn(async move {
                 let result = target.send(&client, index).await;
