@@ -4,8 +4,9 @@
   what their autograd graphs save. While the collector is frozen (``gc.freeze()`` after the
   warm-up) ``gc.get_objects()`` lists only the objects made since, so a tally costs what the
   judged calls made plus a weak reference per older tensor, not a walk of the whole process.
-  It is the full census's arithmetic without its names (those come from the full censuses,
-  :func:`leaklab.census.census`, after the warm-up and after the last call).
+  It is the full census's arithmetic without its names, through the same storage keys and
+  graph walk (:mod:`leaklab._storage`); the names come from the full censuses
+  (:func:`leaklab.census.census`), after the warm-up and after the last call.
 - :func:`cuda_allocated`: ``torch.cuda.memory_allocated()`` of each device, where this process
   has initialised CUDA (never initialising it).
 - :func:`anonymous_bytes`: ``RssAnon`` of ``/proc/self/status``: every byte the process's heap
@@ -22,6 +23,8 @@ import itertools
 import sys
 import weakref
 from typing import Any, NamedTuple
+
+from leaklab._storage import graph_nodes, nbytes, saved_tensors, storages
 
 __all__ = [
     "Tallier",
@@ -108,7 +111,7 @@ class Tally(NamedTuple):
         return self.bytes + self.graph_saved_bytes
 
 
-_SLICE = 100_000  # objects per C-level filter call, as in leaklab.census
+_SLICE = 100_000  # objects per C-level filter call
 
 
 def listed_tensors(torch: Any) -> list[Any]:
@@ -166,10 +169,10 @@ class Tallier:
         counted: set[Any] = set()
         total = 0
         for t in tensors:
-            for key, size in _storages(t):
+            for key, source in storages(t):
                 if key not in counted:
                     counted.add(key)
-                    total += size
+                    total += nbytes(key, source)
         nodes, saved_ids, saved_bytes = _graphs(roots, counted, self.tensor_type)
         # A saved tensor unpacked by an earlier tally keeps its Python object as long as the
         # graph keeps it (PyTorch preserves it), and is listed from then on: it is the graph's,
@@ -186,18 +189,6 @@ def _version(t: Any) -> int:
         return -1
 
 
-def _storages(t: Any) -> list[tuple[Any, int]]:
-    """(key, bytes) of the storages behind a tensor, keyed as leaklab.census keys them."""
-    try:
-        if t.is_sparse:
-            return _storages(t._indices()) + _storages(t._values())
-        s = t.untyped_storage()
-        device = s.device
-        return [((s.data_ptr(), str(device)), 0 if device.type == "meta" else int(s.nbytes()))]
-    except Exception:  # tensor subclasses without a storage (wrappers, fakes): no bytes of their own
-        return [(("object", id(t)), 0)]
-
-
 def _graphs(tensors: list[Any], counted: set[Any], tensor_type: type) -> tuple[int, set[int], int]:
     """Graph nodes reachable from ``tensors``, the ids of the saved tensors among ``tensors``, and
     the bytes the nodes alone save (storages not in ``counted``, which this adds to)."""
@@ -205,53 +196,21 @@ def _graphs(tensors: list[Any], counted: set[Any], tensor_type: type) -> tuple[i
     names: dict[type, tuple[str, ...]] = {}
     saved: dict[int, Any] = {}  # id -> saved tensor, kept for the same reason
     saved_bytes = 0
-    stack: list[Any] = []
     for t in tensors:
         try:
             root = t.grad_fn
         except Exception:
             root = None
-        if root is not None:
-            stack.append(root)
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen[id(node)] = node
+        if root is None:
+            continue
+        for node in graph_nodes(root, seen):
             for value in saved_tensors(node, names, tensor_type):
                 saved[id(value)] = value
-                for key, size in _storages(value):
+                for key, source in storages(value):
                     if key not in counted:
                         counted.add(key)
-                        saved_bytes += size
-            try:
-                edges = node.next_functions
-            except Exception:
-                edges = ()
-            stack.extend(n for n, _ in edges if n is not None)
+                        saved_bytes += nbytes(key, source)
     count, ids = len(seen), set(saved)
     seen.clear()
     saved.clear()
     return count, ids, saved_bytes
-
-
-def saved_tensors(node: Any, cache: dict[type, tuple[str, ...]], tensor_type: type) -> list[Any]:
-    """The tensors a graph node saved for backward (none once backward has freed them)."""
-    tp = type(node)
-    names = cache.get(tp)
-    if names is None:
-        names = tuple(a for a in dir(tp) if a.startswith("_saved_"))
-        if hasattr(tp, "saved_tensors"):  # a custom autograd.Function's node
-            names += ("saved_tensors",)
-        cache[tp] = names
-    found: list[Any] = []
-    for name in names:
-        try:
-            value = getattr(node, name)
-        except Exception:  # RuntimeError once backward freed them: nothing left to count
-            continue
-        if issubclass(type(value), tensor_type):
-            found.append(value)
-        elif type(value) in (tuple, list):
-            found.extend(v for v in value if issubclass(type(v), tensor_type))
-    return found

@@ -11,12 +11,15 @@ It answers under ``/debug/leaklab/`` (``prefix``) and hands every other request,
 lifespan and websocket scope, to ``app`` untouched; on that path it does nothing but compare
 ``scope["path"]`` with the prefix. Routes (docs/agent.md has the JSON schemas):
 
-- ``GET tensors``: the tensor census (:mod:`leaklab.census`), run in a worker thread.
+- ``GET tensors``: the tensor census (:mod:`leaklab.census`), run in a worker thread, within the
+  owner's ceilings (a client may ask for a shorter or shallower census, never a longer one).
 - ``GET stats``: process RSS and anonymous memory, CUDA allocator figures where CUDA is in use,
   the last census's totals.
 - ``GET snapshot``: PyTorch's CUDA memory snapshot pickle (as ``torch.cuda.memory._dump_snapshot``
-  writes it, for ``leaklab snapshot`` and pytorch.org/memory_viz); 409 where CUDA is not in use.
-- ``GET|POST|DELETE history``: the CUDA allocator's history ring, its state, start and stop.
+  writes it, for ``leaklab snapshot`` and pytorch.org/memory_viz), pickled to a temporary file
+  up to ``snapshot_max_bytes`` and streamed from it; 409 where CUDA is not in use.
+- ``GET|POST|DELETE history``: the CUDA allocator's history ring, its state, start and stop
+  (``max_entries`` up to ``history_max_entries``). One snapshot or history change at a time.
 
 Only loopback clients are answered, unless ``allow_networks`` names others or the request
 carries the bearer ``token``. Every refusal and every bad request gets a JSON message and a 4xx,
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import importlib
+import io
 import ipaddress
 import json
 import logging
@@ -38,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict, TypeVar
 from urllib.parse import parse_qsl
 
 from leaklab.census import SCHEMA as CENSUS_SCHEMA
@@ -158,7 +162,11 @@ class LeaklabDebug:
       (``stacks="python"``) now; 0 leaves it off (``POST history`` starts it later).
     - ``oom_snapshot_dir``: on a CUDA out-of-memory error, write the snapshot there
       (``oom-PID-TIME-N.pickle``), at most ``oom_snapshot_limit`` files per process.
-    - ``census_max_seconds``, ``census_max_depth``: the census's bounds unless a request sets them.
+    - ``census_max_seconds``, ``census_max_depth``: the census's ceilings: a request may ask for
+      less (``?max_seconds=2``), never more, and gets them when it asks nothing.
+    - ``history_max_entries``: the most entries ``POST history`` (and ``record_memory_history``)
+      may ask of the history ring (100,000, as PyTorch's own examples use).
+    - ``snapshot_max_bytes``: the largest snapshot pickle served (1 GiB); a larger one is refused.
     """
 
     def __init__(
@@ -174,6 +182,8 @@ class LeaklabDebug:
         oom_snapshot_limit: int = 3,
         census_max_seconds: float = 10.0,
         census_max_depth: int = 1000,
+        history_max_entries: int = 100_000,
+        snapshot_max_bytes: int = 1 << 30,
     ) -> None:
         if not prefix.startswith("/") or prefix.rstrip("/") == "":
             raise ValueError(f"prefix must be a path such as '/debug/leaklab', not {prefix!r}")
@@ -183,16 +193,21 @@ class LeaklabDebug:
             raise ValueError("record_memory_history and oom_snapshot_limit must be 0 or more")
         _check_range("census_max_seconds", census_max_seconds, 0.0, _MAX_SECONDS, exclusive_low=True)
         _check_range("census_max_depth", census_max_depth, 1, _MAX_DEPTH)
+        _check_range("history_max_entries", history_max_entries, 1, _MAX_ENTRIES)
+        _check_range("record_memory_history", record_memory_history, 0, history_max_entries)
+        _check_range("snapshot_max_bytes", snapshot_max_bytes, 1, float("inf"))
         self.app = app
         self._prefix = prefix.rstrip("/")
         self._networks = tuple(ipaddress.ip_network(n, strict=False) for n in allow_networks)
         self._token = token.encode() if token is not None else None
         self._allow_loopback = allow_loopback
         self._max_seconds, self._max_depth = float(census_max_seconds), int(census_max_depth)
+        self._max_entries, self._max_bytes = int(history_max_entries), int(snapshot_max_bytes)
         self._census_lock = threading.Lock()
+        self._cuda_lock = threading.Lock()  # one snapshot or history change at a time
         self._last: LastCensus | None = None
         self._history = HistoryState(recording=False, max_entries=None, since=None, note=None)
-        self._default_entries = record_memory_history or 100_000
+        self._default_entries = record_memory_history or self._max_entries
         self._routes: dict[str, dict[str, Callable[[dict[str, str]], Awaitable[_Response]]]] = {
             "": {"GET": self._index},
             "tensors": {"GET": self._tensors},
@@ -225,17 +240,30 @@ class LeaklabDebug:
     async def _serve(self, scope: Scope, route: str, send: Send) -> None:
         started = False
 
-        async def respond(status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+        async def respond(status: int, body: _Body, content_type: bytes, extra: list[tuple[bytes, bytes]]) -> None:
             nonlocal started
+            size = body.size if isinstance(body, _Spool) else len(body)
             headers = [
                 (b"content-type", content_type),
-                (b"content-length", str(len(body)).encode()),
+                (b"content-length", str(size).encode()),
                 (b"cache-control", b"no-store"),
                 *extra,
             ]
             started = True
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            if not isinstance(body, _Spool):
+                await send({"type": "http.response.body", "body": body})
+                return
+            # Streamed from the file in chunks: no request holds the whole pickle in memory.
+            left = size
+            while left > 0:
+                chunk = body.file.read(min(_CHUNK, left))
+                if not chunk:
+                    raise OSError(f"the snapshot's temporary file ended {left} bytes short")
+                left -= len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": left > 0})
+
+        answer: _Response | None = None
 
         try:
             try:
@@ -249,10 +277,10 @@ class LeaklabDebug:
                     allow = ", ".join(methods)
                     message = f"{scope['method']} is not allowed on {scope['path']}: use {allow}"
                     raise _Answer(405, message, [(b"allow", allow.encode())])
-                status, body, content_type, extra = await handler(_query(scope))
+                answer = await handler(_query(scope))
             except _Answer as a:
-                status, body, content_type, extra = a.status, _json(ErrorDoc(error=a.message)), _JSON, a.headers
-            await respond(status, body, content_type, extra)
+                answer = a.status, _json(ErrorDoc(error=a.message)), _JSON, a.headers
+            await respond(*answer)
         except Exception as e:  # never into the application
             log.exception("leaklab: %s %s failed", scope.get("method"), scope.get("path"))
             if not started:
@@ -261,6 +289,9 @@ class LeaklabDebug:
                     await respond(500, body, _JSON, [])
                 except Exception:
                     log.exception("leaklab: could not send the 500")
+        finally:
+            if answer is not None and isinstance(answer[1], _Spool):
+                answer[1].close()
 
     def _admit(self, scope: Scope) -> None:
         if self._token is not None:
@@ -304,10 +335,11 @@ class LeaklabDebug:
         opts = _options(
             query,
             {
-                "max_seconds": (float, 0.0, _MAX_SECONDS, True),
-                "max_depth": (int, 1, _MAX_DEPTH, False),
+                "max_seconds": (float, 0.0, self._max_seconds, True),
+                "max_depth": (int, 1, self._max_depth, False),
                 "top": (int, 0, 1_000_000, False),
             },
+            ceilings=("max_seconds", "max_depth"),
         )
         max_seconds = float(opts.get("max_seconds", self._max_seconds))
         max_depth = int(opts.get("max_depth", self._max_depth))
@@ -315,39 +347,22 @@ class LeaklabDebug:
         if not self._census_lock.acquire(blocking=False):
             raise _Answer(409, "a census is already running in this process; ask again when it has answered")
 
-        # Whoever comes first owns the lock's release: the thread once it runs, or this
-        # coroutine if it is cancelled (or fails) before the thread could start.
-        guard = threading.Lock()
-        ran, abandoned = [False], [False]
-
         def work() -> bytes:
-            with guard:
-                if abandoned[0]:
-                    return b""
-                ran[0] = True
-            try:
-                doc = census(max_seconds=max_seconds, max_depth=max_depth, top=top)
-                self._last = LastCensus(
-                    taken_at=doc["taken_at"],
-                    seconds=doc["seconds"],
-                    complete=doc["complete"],
-                    totals=doc["totals"],
-                    holders=len(doc["holders"]) + doc["holders_omitted"],
-                )
-                return _json(doc)
-            finally:
-                self._census_lock.release()
+            doc = census(max_seconds=max_seconds, max_depth=max_depth, top=top)
+            self._last = LastCensus(
+                taken_at=doc["taken_at"],
+                seconds=doc["seconds"],
+                complete=doc["complete"],
+                totals=doc["totals"],
+                holders=len(doc["holders"]) + doc["holders_omitted"],
+            )
+            return _json(doc)
 
         try:
-            body = await _in_thread(work)
+            body = await _in_thread_holding(self._census_lock, work)
         except CensusError as e:
             raise _Answer(409, str(e)) from e
-        except BaseException:
-            with guard:
-                if not ran[0]:
-                    abandoned[0] = True
-                    self._census_lock.release()
-            raise
+        self._census_lock.release()  # on success the lock is still held: ours to release
         return 200, body, _JSON, []
 
     async def _stats(self, query: dict[str, str]) -> _Response:
@@ -367,24 +382,48 @@ class LeaklabDebug:
     async def _snapshot(self, query: dict[str, str]) -> _Response:
         _options(query, {})
         torch = _cuda_in_use(self._prefix)
+        if not self._cuda_lock.acquire(blocking=False):
+            raise _Answer(409, _BUSY)
+        cap = self._max_bytes
 
-        def work() -> bytes:
-            # What torch.cuda.memory._dump_snapshot writes, without the file.
-            return pickle.dumps(torch.cuda.memory._snapshot())
+        def work() -> _Spool:
+            # What torch.cuda.memory._dump_snapshot writes, to a temporary file (gone once closed)
+            # that the answer is streamed from.
+            spool = _Spool(cap, self._cuda_lock)
+            try:
+                pickle.dump(torch.cuda.memory._snapshot(), spool, protocol=pickle.HIGHEST_PROTOCOL)
+                spool.file.seek(0)
+            except BaseException:
+                spool.close(release=False)
+                raise
+            return spool
 
-        body = await _in_thread(work)
+        try:
+            spool = await _in_thread_holding(self._cuda_lock, work, lambda s: s.close(release=False))
+        except _TooBig as e:
+            raise _Answer(
+                409,
+                f"the CUDA snapshot's pickle is larger than snapshot_max_bytes ({cap:,} bytes; "
+                f"{e.written:,} written when it was stopped): stop the history ring (DELETE {self._prefix}/history) "
+                "and start it with fewer max_entries, or give LeaklabDebug a larger snapshot_max_bytes",
+            ) from None
         name = f'attachment; filename="leaklab-{os.getpid()}-{int(time.time())}.pickle"'
-        return 200, body, b"application/octet-stream", [(b"content-disposition", name.encode())]
+        return 200, spool, b"application/octet-stream", [(b"content-disposition", name.encode())]
 
     async def _history_state(self, query: dict[str, str]) -> _Response:
         _options(query, {})
         return 200, _json(self._history), _JSON, []
 
     async def _history_start(self, query: dict[str, str]) -> _Response:
-        opts = _options(query, {"max_entries": (int, 1, 100_000_000, False)})
+        opts = _options(query, {"max_entries": (int, 1, self._max_entries, False)}, ceilings=("max_entries",))
         entries = int(opts.get("max_entries", self._default_entries))
         _cuda_available(self._prefix)
-        state = _start_history(entries)
+        if not self._cuda_lock.acquire(blocking=False):
+            raise _Answer(409, _BUSY)
+        try:
+            state = _start_history(entries)
+        finally:
+            self._cuda_lock.release()
         if state["note"]:
             raise _Answer(409, state["note"])
         self._history = state
@@ -393,19 +432,67 @@ class LeaklabDebug:
     async def _history_stop(self, query: dict[str, str]) -> _Response:
         _options(query, {})
         torch = _cuda_available(self._prefix)
-        torch.cuda.memory._record_memory_history(enabled=None)
+        if not self._cuda_lock.acquire(blocking=False):
+            raise _Answer(409, _BUSY)
+        try:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        finally:
+            self._cuda_lock.release()
         self._history = HistoryState(recording=False, max_entries=None, since=None, note=None)
         return 200, _json(self._history), _JSON, []
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 
-_Response = tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]
 _JSON = b"application/json"
 _CHALLENGE = (b"www-authenticate", b'Bearer realm="leaklab"')
-_MAX_SECONDS = 600.0
+_MAX_SECONDS = 600.0  # the most an owner may set as the census's ceilings
 _MAX_DEPTH = 1_000_000
+_MAX_ENTRIES = 1_000_000  # ten times what PyTorch's own examples record
 _MAX_QUERY = 1024
+_CHUNK = 1 << 20  # bytes of the snapshot per message while it is streamed
+_BUSY = "a CUDA snapshot or a history change is already under way in this process; ask again when it has answered"
+_T = TypeVar("_T")
+
+
+class _TooBig(Exception):
+    def __init__(self, written: int) -> None:
+        super().__init__(f"{written} bytes")
+        self.written = written
+
+
+class _Spool(io.RawIOBase):
+    """A snapshot's pickle on its way to the client: written to a temporary file up to a cap.
+
+    While it is answered it holds the CUDA lock, given back when it is closed.
+    """
+
+    def __init__(self, cap: int, lock: threading.Lock) -> None:
+        super().__init__()
+        self.file: IO[bytes] = tempfile.TemporaryFile(prefix="leaklab-snapshot-")
+        self.size, self.cap, self.lock = 0, cap, lock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if self.size + n > self.cap:
+            raise _TooBig(self.size + n)
+        self.file.write(data)
+        self.size += n
+        return n
+
+    def close(self, release: bool = True) -> None:
+        if not self.closed:
+            self.file.close()
+            super().close()
+            if release:
+                self.lock.release()
+
+
+_Body = bytes | _Spool
+_Response = tuple[int, _Body, bytes, list[tuple[bytes, bytes]]]
 
 
 def _json(doc: Any) -> bytes:
@@ -437,8 +524,11 @@ def _query(scope: Scope) -> dict[str, str]:
 _Spec = tuple[type, float, float, bool]  # type, low, high, low excluded
 
 
-def _options(query: dict[str, str], spec: dict[str, _Spec]) -> dict[str, float]:
-    """The query's options, checked against ``spec``; any unknown or bad one is a 400."""
+def _options(query: dict[str, str], spec: dict[str, _Spec], ceilings: Iterable[str] = ()) -> dict[str, float]:
+    """The query's options, checked against ``spec``; any unknown or bad one is a 400.
+
+    The high bounds of the options named in ``ceilings`` are the owner's (LeaklabDebug's options).
+    """
     unknown = sorted(set(query) - set(spec))
     if unknown:
         known = ", ".join(spec) or "none"
@@ -448,12 +538,15 @@ def _options(query: dict[str, str], spec: dict[str, _Spec]) -> dict[str, float]:
         if key not in query:
             continue
         text = query[key]
+        value: float = float("nan")
         try:
-            value: float = int(text) if kind is int else float(text)
+            value = int(text) if kind is int else float(text)
             _check_range(key, value, low, high, exclusive)
         except ValueError as e:
             what = "an integer" if kind is int else "a number"
-            raise _Answer(400, f"option {key}={text!r}: {key} must be {what}; {e}") from None
+            above = key in ceilings and value > high
+            owner = " (the ceiling this service's LeaklabDebug was given)" if above else ""
+            raise _Answer(400, f"option {key}={text!r}: {key} must be {what}; {e}{owner}") from None
         out[key] = value
     return out
 
@@ -478,7 +571,7 @@ def _address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
     return address
 
 
-async def _in_thread(fn: Callable[[], bytes]) -> bytes:
+async def _in_thread(fn: Callable[[], _T]) -> _T:
     # A worker thread keeps the event loop serving while the census walks; it shares the GIL
     # with the loop at the interpreter's switch interval. anyio (Starlette's) when present, so
     # that trio works too; plain asyncio otherwise.
@@ -487,6 +580,49 @@ async def _in_thread(fn: Callable[[], bytes]) -> bytes:
     except ImportError:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
     return await anyio.to_thread.run_sync(fn)
+
+
+async def _in_thread_holding(
+    lock: threading.Lock, fn: Callable[[], _T], discard: Callable[[_T], object] | None = None
+) -> _T:
+    """``fn()`` in a worker thread, for a caller that holds ``lock``; its result, the lock still held.
+
+    Where ``fn`` fails, or the caller is cancelled (or fails) first, the lock is released, by
+    whichever side comes last, and a result made meanwhile is handed to ``discard``.
+    """
+    guard = threading.Lock()
+    state = ["waiting"]  # then "running" and "done", or "abandoned" by the caller
+    made: list[_T] = []
+
+    def work() -> None:
+        with guard:
+            if state[0] == "abandoned":
+                return  # the caller gave up before the thread started, and released the lock
+            state[0] = "running"
+        try:
+            made.append(fn())
+        finally:
+            with guard:
+                abandoned, state[0] = state[0] == "abandoned", "done"
+            if abandoned:
+                for r in made:
+                    if discard is not None:
+                        discard(r)
+                lock.release()
+
+    try:
+        await _in_thread(work)
+    except BaseException:
+        with guard:
+            was = state[0]
+            state[0] = "done" if was == "done" else "abandoned"
+        if was != "running":  # not started, or finished: the thread will not release it
+            for r in made:
+                if discard is not None:
+                    discard(r)
+            lock.release()
+        raise
+    return made[0]
 
 
 def _process_stats() -> ProcessStats:

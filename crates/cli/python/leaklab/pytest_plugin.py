@@ -51,6 +51,7 @@ from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
 
 __all__ = [
     "ANON_NOISE_FLOOR",
+    "JudgeError",
     "LeakCheck",
     "LeakReport",
     "check",
@@ -258,26 +259,58 @@ def _census() -> tuple[Any, str | None]:
         return None, f"no tensor census: {e}"
 
 
+class JudgeError(RuntimeError):
+    """``leaklab judge`` gave no verdict: no binary, a timeout, a crash, an answer it cannot read.
+
+    :func:`check` raises it; the fixture and the marker turn it into a test failure that says it.
+    """
+
+
+_OUTCOMES = ("pass", "fail", "cannot_judge")
+
+
 def _judge(request: dict[str, Any]) -> dict[str, Any]:
     """One ``leaklab judge - --json`` subprocess: the verdict, by the detector ``scan`` uses."""
     try:
         binary = find_leaklab_bin()
     except LeaklabNotFound as e:
-        raise RuntimeError(f"leak_check needs the leaklab binary to judge the series it measured: {e}") from e
-    done = subprocess.run(
-        [binary, "judge", "-", "--json"],
-        input=json.dumps(request).encode(),
-        capture_output=True,
-        timeout=JUDGE_TIMEOUT_SECONDS,
-        check=False,
-    )
+        raise JudgeError(f"leak_check needs the leaklab binary to judge the series it measured: {e}") from None
     try:
-        answer: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
-        raise RuntimeError(
-            f"{binary} judge exited {done.returncode} without an answer: "
-            f"{done.stderr.decode(errors='replace').strip() or '(no message)'}"
+        done = subprocess.run(
+            [binary, "judge", "-", "--json"],
+            input=json.dumps(request).encode(),
+            capture_output=True,
+            timeout=JUDGE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise JudgeError(
+            f"{binary} judge gave no verdict within {JUDGE_TIMEOUT_SECONDS:g} s and was stopped "
+            "(leaklab.pytest_plugin.JUDGE_TIMEOUT_SECONDS); a judgement takes milliseconds, so the binary is stuck"
         ) from None
+    except OSError as e:
+        raise JudgeError(f"{binary} judge could not be started: {e}") from None
+    said = done.stderr.decode(errors="replace").strip()[-2000:] or "(nothing on stderr)"
+    if done.returncode < 0:
+        raise JudgeError(f"{binary} judge was killed by signal {-done.returncode} without a verdict: {said}")
+    if done.returncode not in (0, 1, 2):
+        raise JudgeError(
+            f"{binary} judge exited {done.returncode} without a verdict (0 pass, 1 fail, 2 cannot judge): {said}"
+        )
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        answer = None
+    if (
+        not isinstance(answer, dict)
+        or answer.get("outcome") not in _OUTCOMES
+        or not isinstance(answer.get("message"), str)
+    ):
+        shown = done.stdout[:300].decode(errors="replace") or "(nothing)"
+        raise JudgeError(
+            f"{binary} judge exited {done.returncode} with no verdict this plugin can read (a JSON outcome and "
+            f"message; is the binary from another leaklab version?): stdout {shown!r}; stderr: {said}"
+        )
     return answer
 
 
@@ -292,6 +325,7 @@ def check(
 
     :func:`leak_check` (the fixture) and the marker fail the test on this report; call this to
     look at the figures (``report.series(TENSOR_BYTES)``) or to use the check outside pytest.
+    Raises :class:`JudgeError` where ``leaklab judge`` gives no verdict.
     """
     if not callable(fn):
         raise TypeError(f"leak_check needs a function to call, not {fn!r}")
@@ -397,6 +431,16 @@ def _enforce(report: LeakReport) -> LeakReport:
     return report
 
 
+def _checked(fn: Callable[[], object], **options: Any) -> LeakReport:
+    """:func:`check`, where a judge that gave no verdict fails the test with a sentence, not a traceback."""
+    try:
+        return check(fn, **options)
+    except JudgeError as e:
+        failure = str(e)
+    # Outside the except block: the failure is the sentence, without the judge error chained to it.
+    pytest.fail(f"leak_check could not judge {_name(fn)}: {failure}", pytrace=False)
+
+
 class LeakCheck:
     """The ``leak_check`` fixture's value: call it with the function to check."""
 
@@ -418,7 +462,7 @@ class LeakCheck:
         (bytes, or a string such as ``"4 KiB"``), only a growth faster than that per call. A
         cache that fills during the warm-up, or fills and stops, passes. Returns the report.
         """
-        report = check(fn, calls=calls, warmup=warmup, max_per_call=max_per_call)
+        report = _checked(fn, calls=calls, warmup=warmup, max_per_call=max_per_call)
         self.reports.append(report)
         return _enforce(report)
 
@@ -476,5 +520,5 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return body(**args)
 
     run_body.__qualname__ = f"the body of {pyfuncitem.name}"
-    _enforce(check(run_body, **marker.kwargs))
+    _enforce(_checked(run_body, **marker.kwargs))
     return True

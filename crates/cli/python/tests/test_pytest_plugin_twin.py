@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -27,12 +28,20 @@ SHAPE = {"input": 512, "hidden": 2048, "depth": 1, "output": 512, "seed": 42, "b
 CALLS, WARMUP = 100, 10  # requests: a few milliseconds each on two cores
 
 
+def _missing(why: str) -> None:
+    """A dependency that is not here: a skip on a developer's machine, a failure in CI (CI=true)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why}; CI=true, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     for needed in ("fastapi", "httpx", "prometheus_client", "safetensors", "uvicorn"):
-        pytest.importorskip(needed, reason=f"the lab's twin needs {needed} (cargo xtask test installs it)")
+        if importlib.util.find_spec(needed) is None:
+            _missing(f"the lab's twin needs {needed} (cargo xtask test installs it)")
     if not TWIN.exists():
-        pytest.skip(f"{TWIN} is not here: this test runs from the repository")
+        _missing(f"{TWIN} is not here: this test runs from the repository")
     spec = importlib.util.spec_from_file_location("twin_service", TWIN)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -135,3 +144,12 @@ def test_the_twins_fixed_variants_pass(serve: Callable[[str], Callable[[], objec
     report = check(serve(variant), calls=CALLS, warmup=WARMUP)
     assert report.passed, report.message
     assert report.series(TENSOR_BYTES)["verdict"] in ("flat", "plateau"), report.message
+
+
+def test_a_missing_dependency_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true, so this is a failure, not a skip"):
+        _missing("the lab's twin needs nothing-such")
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="nothing-such"):
+        _missing("the lab's twin needs nothing-such")
