@@ -1,4 +1,10 @@
-//! What the pickle's dicts and lists become as they finish, for [`crate::pickle`]'s machine.
+//! The typed snapshot built on the pickle machine: what the pickle's dicts and lists become as
+//! they finish ([`Builder`], the machine's [`Build`]), and [`read`], which runs a whole pickle
+//! through the machine into a [`Snapshot`].
+//!
+//! A frame dict becomes a [`Value::DictId`] (its id in the frame table) and a list of frames a
+//! [`Value::ListId`] (its id in the stack table); blocks, segments, trace events and their lists
+//! are [`Item`]s, held by slot until the container that takes them is filled.
 //!
 //! A dict is recognised by its keys when it is filled (its first `SETITEMS`, as every protocol
 //! 1+ writer fills a dict of up to a thousand keys) or when it is used (protocol 0 fills item by
@@ -11,13 +17,55 @@
 //! of a window when one was asked for) or traces. An item of the wrong kind is remembered with
 //! its position, so that a list used as `blocks` or `segments` says which entry was not one.
 
-use crate::explain::Since;
-use crate::model::{Action, Block, BlockRun, BlockState, FormatError, Frame, Segment, Snapshot, StackId, Survivor, TimeIndex, Trace, TraceEntry, NO_ADDRESS};
-use crate::pickle::{malformed, Kind, Memo, Result, Value};
-use crate::ReadOptions;
+use crate::model::{cut, Action, Block, BlockRun, BlockState, FormatError, Frame, Segment, Since, Snapshot, StackId, Survivor, TimeIndex, Trace, TraceEntry, NO_ADDRESS};
+use crate::pickle::{self, Build, Kind, Memo, PickleError, Reader, Value};
+use crate::record::Fast;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::sync::Arc;
+
+/// How to read a snapshot.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOptions {
+    /// Keep every trace's events from this point on ([`Trace::window`]), for `trim`.
+    /// Without it, traces are folded and no event is kept.
+    pub window: Option<Since>,
+    /// Read every opcode through the general pickle machine, without the one-pass reader of
+    /// blocks and events: slower, the same snapshot; tests check the one
+    /// against the other.
+    pub plain: bool,
+}
+
+/// What reading can fail on: the bytes (not a pickle, or a broken one) or the data (a pickle,
+/// but not a snapshot).
+#[derive(Debug, PartialEq)]
+pub(crate) enum ReadError {
+    Pickle(PickleError),
+    Format(FormatError),
+}
+
+impl From<PickleError> for ReadError {
+    fn from(e: PickleError) -> ReadError {
+        ReadError::Pickle(e)
+    }
+}
+
+impl From<FormatError> for ReadError {
+    fn from(e: FormatError) -> ReadError {
+        ReadError::Format(e)
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, ReadError>;
+
+fn malformed(at: usize, what: impl Into<String>) -> ReadError {
+    pickle::malformed(at, what).into()
+}
+
+/// Reads a snapshot from a whole pickle.
+pub(crate) fn read(data: &[u8], options: &ReadOptions) -> Result<Snapshot> {
+    pickle::run(data, Builder::new(options), options.plain)
+}
 
 /// The keys a snapshot's dicts have, interned first so that a key's id is its index here.
 const KEYS: [&str; 19] = [
@@ -141,7 +189,6 @@ impl Fields {
         self.present |= 1 << k;
         &mut self.vals[k as usize]
     }
-
 
 }
 
@@ -279,11 +326,6 @@ pub(crate) struct Fold {
     kept: Vec<Event>,
 }
 
-/// Where a `--since` point falls: `t0` plus the seconds, saturating.
-pub(crate) fn cut(t0: i64, seconds: f64) -> i64 {
-    t0.saturating_add((seconds * 1e6) as i64)
-}
-
 impl Fold {
     #[inline]
     fn push(&mut self, e: Event) {
@@ -320,6 +362,8 @@ impl Fold {
 
 pub(crate) struct Builder<'a> {
     pub(crate) memo: Memo,
+    /// What the one-pass reader of blocks and events keeps between dicts.
+    pub(crate) fast: Fast,
     texts: Vec<Cow<'a, str>>,
     text_ids: FxHashMap<Cow<'a, [u8]>, u32>,
     arcs: FxHashMap<u32, Arc<str>>,
@@ -367,6 +411,7 @@ impl<'a> Builder<'a> {
     pub(crate) fn new(options: &ReadOptions) -> Builder<'a> {
         let mut b = Builder {
             memo: Memo::default(),
+            fast: Fast::default(),
             texts: Vec::new(),
             text_ids: FxHashMap::default(),
             arcs: FxHashMap::default(),
@@ -389,22 +434,6 @@ impl<'a> Builder<'a> {
         }
         b.stack_ids.insert(Box::from([]), 0);
         b
-    }
-
-    pub(crate) fn intern(&mut self, bytes: &'a [u8], at: usize) -> Result<u32> {
-        if let Some(&id) = self.text_ids.get(bytes) {
-            return Ok(id);
-        }
-        let text = std::str::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
-        self.add_text(Cow::Borrowed(bytes), Cow::Borrowed(text), at)
-    }
-
-    pub(crate) fn intern_owned(&mut self, bytes: Vec<u8>, at: usize) -> Result<u32> {
-        if let Some(&id) = self.text_ids.get(&bytes[..]) {
-            return Ok(id);
-        }
-        let text = String::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
-        self.add_text(Cow::Owned(text.clone().into_bytes()), Cow::Owned(text), at)
     }
 
     fn add_text(&mut self, key: Cow<'a, [u8]>, text: Cow<'a, str>, at: usize) -> Result<u32> {
@@ -467,57 +496,6 @@ impl<'a> Builder<'a> {
         }
         self.stack_ids.insert(Box::from(frames), id as u32);
         Ok(id as u32)
-    }
-
-    #[inline]
-    pub(crate) fn new_slot(&mut self, is_dict: bool, at: usize) -> Result<u32> {
-        let id = match self.free_slots.pop() {
-            Some(id) => id,
-            None => {
-                if self.slots.len() >= MAX_OPEN {
-                    return Err(malformed(at, format!("more than {MAX_OPEN} dicts and lists open at once, nested deeper than any snapshot writer nests them (a corrupt or hostile file?)")));
-                }
-                self.slots.push(Slot {
-                    is_dict,
-                    memo: NO_KEY,
-                    more_memo: Vec::new(),
-                    fields: None,
-                    touched: false,
-                    at: 0,
-                    list: ListKind::Empty,
-                    count: 0,
-                    odd: None,
-                    frames: Vec::new(),
-                });
-                self.slots.len() as u32 - 1
-            }
-        };
-        let s = &mut self.slots[id as usize];
-        s.is_dict = is_dict;
-        if is_dict && s.fields.is_none() {
-            s.fields = Some(Box::default());
-        }
-        Ok(id)
-    }
-
-    /// Whether `slot` is a dict's; `None` for a slot that was never handed out.
-    pub(crate) fn is_dict(&self, slot: u32) -> Option<bool> {
-        self.slots.get(slot as usize).map(|s| s.is_dict)
-    }
-
-    #[inline]
-    /// The stack position of the container in `slot`.
-    pub(crate) fn place_of(&mut self, slot: u32) -> &mut usize {
-        &mut self.slots[slot as usize].at
-    }
-
-    pub(crate) fn remember(&mut self, slot: u32, key: u32) {
-        let s = &mut self.slots[slot as usize];
-        if s.memo == NO_KEY {
-            s.memo = key;
-        } else {
-            s.more_memo.push(key);
-        }
     }
 
     pub(crate) fn store(&mut self, item: Item) -> u32 {
@@ -587,7 +565,7 @@ impl<'a> Builder<'a> {
                         let frames = std::mem::take(&mut self.slots[slot as usize].frames);
                         let id = self.stack(&frames, at);
                         self.slots[slot as usize].frames = frames;
-                        Owned::V(Value::Stack(id?))
+                        Owned::V(Value::ListId(id?))
                     }
                     ListKind::Blocks(v) => {
                         let mut run = BlockRun::default();
@@ -626,15 +604,6 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Drops a value taken off the stack: only containers and items have anything to free.
-    #[inline]
-    pub(crate) fn discard(&mut self, v: Value, at: usize) -> Result<()> {
-        match v {
-            Value::Dict(_) | Value::List(_) | Value::Item(_) => self.take(v, at).map(drop),
-            _ => Ok(()),
-        }
-    }
-
     /// Puts a batch of key-value pairs into `f`: the keys a snapshot has are kept (finished),
     /// the rest dropped.
     #[inline]
@@ -665,104 +634,6 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// `SETITEMS` (or `DICT`) on `target`: a dict's first batch finishes it (`Some`), as every
-    /// writer of protocol 1 or later fills a dict of up to a thousand keys in one batch. A
-    /// later batch goes nowhere: no snapshot dict has a thousand keys. Finishing it now keeps
-    /// open containers few even for a list of a million dicts written in one batch. An empty
-    /// batch (protocol 0's `(dp0`, filled item by item after) leaves it open.
-    pub(crate) fn set_items(&mut self, target: Value, items: &[Value], at: usize) -> Result<Option<Owned>> {
-        match target {
-            Value::Dict(slot) => {
-                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
-                // Protocol 0 opens every dict empty (`(dp0`) and then sets it item by item.
-                let touched = std::mem::replace(&mut self.slots[slot as usize].touched, !items.is_empty());
-                self.fill(&mut f, items, at)?;
-                if !touched && !items.is_empty() {
-                    let owned = self.classify(&mut f, at)?;
-                    self.slots[slot as usize].fields = Some(f);
-                    self.release(slot, &owned);
-                    return Ok(Some(owned));
-                }
-                self.slots[slot as usize].fields = Some(f);
-                Ok(None)
-            }
-            // An object's state, a dict filled by its reduce or a dict already finished.
-            Value::Opaque(_) => {
-                for &v in items {
-                    self.discard(v, at)?;
-                }
-                Ok(None)
-            }
-            other => Err(malformed(at, format!("SETITEMS on {}, not a dict{}", other.kind(), reused(other)))),
-        }
-    }
-
-    /// `SETITEM`: one pair, the way protocol 0 fills a dict.
-    pub(crate) fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize) -> Result<()> {
-        match target {
-            Value::Dict(slot) => {
-                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
-                self.slots[slot as usize].touched = true;
-                let r = self.set_field(&mut f, k, v, at);
-                self.slots[slot as usize].fields = Some(f);
-                r
-            }
-            Value::Opaque(_) => {
-                self.discard(k, at)?;
-                self.discard(v, at)
-            }
-            other => Err(malformed(at, format!("SETITEM on {}, not a dict{}", other.kind(), reused(other)))),
-        }
-    }
-
-    /// `APPEND`, `APPENDS`, `LIST` or `ADDITEMS` on `target`.
-    pub(crate) fn append(&mut self, target: Value, items: &[Value], at: usize) -> Result<()> {
-        match target {
-            Value::List(slot) => {
-                // The common batch, a stack's frames, goes straight into the list.
-                let s = &mut self.slots[slot as usize];
-                let mut rest = items;
-                if matches!(s.list, ListKind::Empty | ListKind::Frames) {
-                    let run = items.iter().take_while(|v| matches!(v, Value::Frame(_))).count();
-                    if run > 0 {
-                        s.list = ListKind::Frames;
-                        s.frames.extend(items[..run].iter().map(|v| if let Value::Frame(f) = v { *f } else { 0 }));
-                        s.count += run;
-                        rest = &items[run..];
-                    }
-                }
-                for &v in rest {
-                    let owned = self.take(v, at)?;
-                    self.append_owned(slot, owned)?;
-                }
-                Ok(())
-            }
-            // A set, or an object with list-like state: not a snapshot's.
-            Value::Opaque(_) => {
-                for &v in items {
-                    self.discard(v, at)?;
-                }
-                Ok(())
-            }
-            other => Err(malformed(at, format!("APPENDS to {}, not a list{}", other.kind(), reused(other)))),
-        }
-    }
-
-    /// Whether the list being filled in `slot` can take a run of frames.
-    pub(crate) fn takes_frames(&self, slot: u32) -> bool {
-        matches!(self.slots[slot as usize].list, ListKind::Empty | ListKind::Frames)
-    }
-
-    /// A run of frames appended to the list in `slot` (which [`Builder::takes_frames`]).
-    pub(crate) fn append_frames(&mut self, slot: u32, frames: &[u32]) {
-        let s = &mut self.slots[slot as usize];
-        if !frames.is_empty() {
-            s.list = ListKind::Frames;
-            s.frames.extend_from_slice(frames);
-            s.count += frames.len();
-        }
-    }
-
     /// Adds a finished value to the list being filled in `slot`.
     pub(crate) fn append_owned(&mut self, slot: u32, owned: Owned) -> Result<()> {
         let window = self.window;
@@ -770,7 +641,7 @@ impl<'a> Builder<'a> {
         let index = s.count;
         s.count += 1;
         let odd = match (&mut s.list, owned) {
-            (ListKind::Empty | ListKind::Frames, Owned::V(Value::Frame(f))) => {
+            (ListKind::Empty | ListKind::Frames, Owned::V(Value::DictId(f))) => {
                 s.list = ListKind::Frames;
                 s.frames.push(f);
                 None
@@ -879,7 +750,7 @@ impl<'a> Builder<'a> {
                         _ => UNKNOWN,
                     };
                     let line = f.get(K_LINE).and_then(as_i64).unwrap_or(0);
-                    Owned::V(Value::Frame(self.frame(file, line, name, at)?))
+                    Owned::V(Value::DictId(self.frame(file, line, name, at)?))
                 }
                 _ => Owned::V(Value::Opaque(Kind::Dict)),
             }
@@ -896,7 +767,7 @@ impl<'a> Builder<'a> {
 
     fn stack_of(f: &Fields) -> u32 {
         match f.get(K_FRAMES) {
-            Some(Value::Stack(id)) => id,
+            Some(Value::ListId(id)) => id,
             _ => 0,
         }
     }
@@ -1005,13 +876,237 @@ impl<'a> Builder<'a> {
         let _ = at;
         Ok(Owned::Item(Item::Root(segments, traces)))
     }
+}
+
+impl<'a> Build<'a> for Builder<'a> {
+    type Error = ReadError;
+    type Done = Owned;
+    type Output = Snapshot;
+
+    #[inline(always)]
+    fn memo(&self) -> &Memo {
+        &self.memo
+    }
+
+    #[inline(always)]
+    fn memo_mut(&mut self) -> &mut Memo {
+        &mut self.memo
+    }
+
+    fn intern(&mut self, bytes: &'a [u8], at: usize) -> Result<u32> {
+        if let Some(&id) = self.text_ids.get(bytes) {
+            return Ok(id);
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
+        self.add_text(Cow::Borrowed(bytes), Cow::Borrowed(text), at)
+    }
+
+    fn intern_owned(&mut self, bytes: Vec<u8>, at: usize) -> Result<u32> {
+        if let Some(&id) = self.text_ids.get(&bytes[..]) {
+            return Ok(id);
+        }
+        let text = String::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
+        self.add_text(Cow::Owned(text.clone().into_bytes()), Cow::Owned(text), at)
+    }
+
+    #[inline]
+    fn new_slot(&mut self, is_dict: bool, at: usize) -> Result<u32> {
+        let id = match self.free_slots.pop() {
+            Some(id) => id,
+            None => {
+                if self.slots.len() >= MAX_OPEN {
+                    return Err(malformed(at, format!("more than {MAX_OPEN} dicts and lists open at once, nested deeper than any snapshot writer nests them (a corrupt or hostile file?)")));
+                }
+                self.slots.push(Slot {
+                    is_dict,
+                    memo: NO_KEY,
+                    more_memo: Vec::new(),
+                    fields: None,
+                    touched: false,
+                    at: 0,
+                    list: ListKind::Empty,
+                    count: 0,
+                    odd: None,
+                    frames: Vec::new(),
+                });
+                self.slots.len() as u32 - 1
+            }
+        };
+        let s = &mut self.slots[id as usize];
+        s.is_dict = is_dict;
+        if is_dict && s.fields.is_none() {
+            s.fields = Some(Box::default());
+        }
+        Ok(id)
+    }
+
+    /// Whether `slot` is a dict's; `None` for a slot that was never handed out.
+    fn is_dict(&self, slot: u32) -> Option<bool> {
+        self.slots.get(slot as usize).map(|s| s.is_dict)
+    }
+
+    #[inline]
+    /// The stack position of the container in `slot`.
+    fn place_of(&mut self, slot: u32) -> &mut usize {
+        &mut self.slots[slot as usize].at
+    }
+
+    fn remember(&mut self, slot: u32, key: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.memo == NO_KEY {
+            s.memo = key;
+        } else {
+            s.more_memo.push(key);
+        }
+    }
+
+    /// `SETITEMS` (or `DICT`) on `target`: a dict's first batch finishes it (`Some`), as every
+    /// writer of protocol 1 or later fills a dict of up to a thousand keys in one batch. A
+    /// later batch goes nowhere: no snapshot dict has a thousand keys. Finishing it now keeps
+    /// open containers few even for a list of a million dicts written in one batch. An empty
+    /// batch (protocol 0's `(dp0`, filled item by item after) leaves it open.
+    fn set_items(&mut self, target: Value, items: &[Value], at: usize) -> Result<Option<Owned>> {
+        match target {
+            Value::Dict(slot) => {
+                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
+                // Protocol 0 opens every dict empty (`(dp0`) and then sets it item by item.
+                let touched = std::mem::replace(&mut self.slots[slot as usize].touched, !items.is_empty());
+                self.fill(&mut f, items, at)?;
+                if !touched && !items.is_empty() {
+                    let owned = self.classify(&mut f, at)?;
+                    self.slots[slot as usize].fields = Some(f);
+                    self.release(slot, &owned);
+                    return Ok(Some(owned));
+                }
+                self.slots[slot as usize].fields = Some(f);
+                Ok(None)
+            }
+            // An object's state, a dict filled by its reduce or a dict already finished.
+            Value::Opaque(_) => {
+                for &v in items {
+                    self.discard(v, at)?;
+                }
+                Ok(None)
+            }
+            other => Err(malformed(at, format!("SETITEMS on {}, not a dict{}", other.kind(), reused(other)))),
+        }
+    }
+
+    /// `SETITEM`: one pair, the way protocol 0 fills a dict.
+    fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize) -> Result<()> {
+        match target {
+            Value::Dict(slot) => {
+                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
+                self.slots[slot as usize].touched = true;
+                let r = self.set_field(&mut f, k, v, at);
+                self.slots[slot as usize].fields = Some(f);
+                r
+            }
+            Value::Opaque(_) => {
+                self.discard(k, at)?;
+                self.discard(v, at)
+            }
+            other => Err(malformed(at, format!("SETITEM on {}, not a dict{}", other.kind(), reused(other)))),
+        }
+    }
+
+    /// `APPEND`, `APPENDS`, `LIST` or `ADDITEMS` on `target`.
+    fn append(&mut self, target: Value, items: &[Value], at: usize) -> Result<()> {
+        match target {
+            Value::List(slot) => {
+                // The common batch, a stack's frames, goes straight into the list.
+                let s = &mut self.slots[slot as usize];
+                let mut rest = items;
+                if matches!(s.list, ListKind::Empty | ListKind::Frames) {
+                    let run = items.iter().take_while(|v| matches!(v, Value::DictId(_))).count();
+                    if run > 0 {
+                        s.list = ListKind::Frames;
+                        s.frames.extend(items[..run].iter().map(|v| if let Value::DictId(f) = v { *f } else { 0 }));
+                        s.count += run;
+                        rest = &items[run..];
+                    }
+                }
+                for &v in rest {
+                    let owned = self.take(v, at)?;
+                    self.append_owned(slot, owned)?;
+                }
+                Ok(())
+            }
+            // A set, or an object with list-like state: not a snapshot's.
+            Value::Opaque(_) => {
+                for &v in items {
+                    self.discard(v, at)?;
+                }
+                Ok(())
+            }
+            other => Err(malformed(at, format!("APPENDS to {}, not a list{}", other.kind(), reused(other)))),
+        }
+    }
+
+    /// Whether the list being filled in `slot` can take a run of frames.
+    fn takes_dict_ids(&self, slot: u32) -> bool {
+        matches!(self.slots[slot as usize].list, ListKind::Empty | ListKind::Frames)
+    }
+
+    /// A run of frames appended to the list in `slot` (which [`Build::takes_dict_ids`]).
+    fn append_dict_ids(&mut self, slot: u32, frames: &[u32]) {
+        let s = &mut self.slots[slot as usize];
+        if !frames.is_empty() {
+            s.list = ListKind::Frames;
+            s.frames.extend_from_slice(frames);
+            s.count += frames.len();
+        }
+    }
+
+    /// Drops a value taken off the stack: only containers and items have anything to free.
+    #[inline]
+    fn discard(&mut self, v: Value, at: usize) -> Result<()> {
+        match v {
+            Value::Dict(_) | Value::List(_) | Value::Item(_) => self.take(v, at).map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    fn freeze(&mut self, v: Value, at: usize) -> Result<Value> {
+        Ok(match self.take(v, at)? {
+            Owned::V(f) => f,
+            Owned::Item(item) => Value::Opaque(item.kind()),
+        })
+    }
+
+    /// The dict at `pos` was filled and became `owned`. A block, segment or trace event that
+    /// is the only item above the mark of a list being filled goes into that list now, rather
+    /// than waiting on the stack for the list's `APPENDS`: writers that append a whole list in
+    /// one batch (PyTorch's C++ pickler) would otherwise stack millions of them.
+    #[inline]
+    fn place(r: &mut Reader<'a, Self>, pos: usize, owned: Owned) -> Result<()> {
+        let v = match owned {
+            Owned::Item(item) if item.is_record() && pos + 1 == r.stack.len() => match r.list_below(pos) {
+                Some(slot) => {
+                    r.stack.pop();
+                    return r.b.append_owned(slot, Owned::Item(item));
+                }
+                None => Value::Item(r.b.store(item)),
+            },
+            Owned::Item(item) => Value::Item(r.b.store(item)),
+            Owned::V(v) => v,
+        };
+        r.stack[pos] = v;
+        Ok(())
+    }
+
+    /// Segments, blocks and events are read in one pass ([`crate::record`]).
+    #[inline(always)]
+    fn dict_ahead(r: &mut Reader<'a, Self>, at: usize) -> Result<bool> {
+        r.record(at)
+    }
 
     /// The snapshot, from the value `STOP` found on the stack.
-    pub(crate) fn snapshot(mut self, top: Value, at: usize) -> Result<Snapshot> {
+    fn stop(mut self, top: Value, at: usize) -> Result<Snapshot> {
         let (segments, traces) = match self.take(top, at)? {
             Owned::Item(Item::Root(segments, traces)) => (segments, traces),
             Owned::Item(item) => return Err(FormatError::NotASnapshot(item.kind().name().into()).into()),
-            Owned::V(Value::Opaque(Kind::Dict) | Value::Frame(_)) => return Err(FormatError::NotASnapshot("a dict without a `segments` list".into()).into()),
+            Owned::V(Value::Opaque(Kind::Dict) | Value::DictId(_)) => return Err(FormatError::NotASnapshot("a dict without a `segments` list".into()).into()),
             Owned::V(v) => return Err(FormatError::NotASnapshot(v.kind().into()).into()),
         };
         let frames = std::mem::take(&mut self.frames)
@@ -1033,7 +1128,7 @@ impl<'a> Builder<'a> {
 /// A hint for an append or set on a list or dict that was already finished.
 fn reused(v: Value) -> &'static str {
     match v {
-        Value::EmptyList | Value::Stack(_) | Value::Frame(_) | Value::Item(_) => " (it was already complete: a container that holds itself?)",
+        Value::EmptyList | Value::ListId(_) | Value::DictId(_) | Value::Item(_) => " (it was already complete: a container that holds itself?)",
         _ => "",
     }
 }

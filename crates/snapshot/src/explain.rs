@@ -2,11 +2,10 @@
 //! named by the first frame in the user's own code; what was allocated after a point and never
 //! freed; and the allocator's side, reserved but unallocated bytes per segment.
 
-use crate::build::cut;
-use crate::model::{BlockState, Frame, Snapshot, StackId, Survivor, Trace};
+use crate::model::{cut, BlockState, Frame, Since, Snapshot, StackId, Survivor, Trace};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Frames that are PyTorch's, the Python runtime's or the C++ plumbing's, not the user's:
 /// skipped when naming the line that holds memory (the same spirit as `_memory_viz`'s filter).
@@ -106,25 +105,6 @@ fn holders(snapshot: &Snapshot, by_stack: FxHashMap<StackId, (u64, u64)>, view: 
         .collect();
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     holders
-}
-
-/// A point in the trace.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Since {
-    /// An event's index in the device's trace.
-    Event(usize),
-    /// Seconds after the trace's first event.
-    Seconds(f64),
-}
-
-impl std::str::FromStr for Since {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Since, String> {
-        if let Some(t) = s.strip_suffix('s') {
-            return t.parse().map(Since::Seconds).map_err(|_| format!("`{s}`: a time is seconds after the first event, e.g. 12.5s"));
-        }
-        s.parse().map(Since::Event).map_err(|_| format!("`{s}`: give an event index (e.g. 1200) or seconds after the first event (e.g. 12.5s)"))
-    }
 }
 
 /// The allocator's view of one segment: what it reserved and how much of it is in use.
@@ -248,58 +228,4 @@ pub fn position(trace: &Trace, point: Since) -> usize {
 fn survivors_from(trace: &Trace, from: usize) -> &[Survivor] {
     let start = trace.survivors.partition_point(|s| s.index < from as u64);
     &trace.survivors[start..]
-}
-
-/// Blocks live in `after` and not in `before`: the memory that accumulated between the two.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Difference {
-    pub bytes: u64,
-    pub blocks: u64,
-    /// `bytes / (after_requests - before_requests)`, when the request counts are known.
-    pub bytes_per_request: Option<f64>,
-    pub holders: Vec<Holder>,
-    /// Live bytes in each snapshot.
-    pub before_bytes: u64,
-    pub after_bytes: u64,
-}
-
-pub fn diff(before: &Snapshot, after: &Snapshot, view: View, requests: Option<(u64, u64)>) -> Difference {
-    // The two snapshots intern their stacks apart: compare stacks by their frames' texts, each
-    // distinct stack once.
-    fn live<'s>(snapshot: &'s Snapshot, canonical: &mut HashMap<Vec<(&'s str, i64, &'s str)>, u32>) -> (Vec<(u64, u64, u32)>, u64) {
-        let mut ids: FxHashMap<StackId, u32> = FxHashMap::default();
-        let mut blocks = Vec::new();
-        let mut bytes = 0;
-        for b in snapshot.segments.iter().flat_map(|s| snapshot.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated) {
-            let id = *ids.entry(b.stack).or_insert_with(|| {
-                let text = snapshot.stack(b.stack).map(|f| (&*f.filename, f.line, &*f.name)).collect();
-                let next = canonical.len() as u32;
-                *canonical.entry(text).or_insert(next)
-            });
-            blocks.push((b.address, b.size, id));
-            bytes += b.size;
-        }
-        (blocks, bytes)
-    }
-    let mut canonical = HashMap::new();
-    let (old, before_bytes) = live(before, &mut canonical);
-    let seen: HashSet<(u64, u64, u32)> = old.into_iter().collect();
-    let added: Vec<_> = after
-        .segments
-        .iter()
-        .flat_map(|s| after.blocks(s))
-        .filter(|b| b.state == BlockState::ActiveAllocated)
-        .zip(live(after, &mut canonical).0)
-        .filter(|(_, key)| !seen.contains(key))
-        .map(|(b, _)| (b.stack, b.size))
-        .collect();
-    let bytes: u64 = added.iter().map(|(_, size)| size).sum();
-    Difference {
-        bytes,
-        blocks: added.len() as u64,
-        bytes_per_request: requests.filter(|(a, b)| b > a).map(|(a, b)| bytes as f64 / (b - a) as f64),
-        holders: group(after, added, view),
-        before_bytes,
-        after_bytes: after.segments.iter().flat_map(|s| after.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum(),
-    }
 }

@@ -3,16 +3,24 @@
 //! `torch.cuda.memory._dump_snapshot()` (after `_record_memory_history`) writes a pickled dict
 //! of segments, their blocks with the stack that allocated each, and the allocator's event
 //! trace; leaklab's own services write the same format for their CPU memory. This crate reads
-//! it ([`pickle`], which builds the typed [`model`] while it parses) and
-//! answers ([`explain()`]): the live memory grouped by allocating stack and named by the first
-//! frame in the user's code, what was allocated after a point and never freed, the
-//! reserved-but-unallocated bytes per segment, and the difference between two snapshots.
-//! [`render`] writes it as a table, markdown or JSON; [`trim`] writes a small snapshot of the
-//! top holders and a trace window that PyTorch's memory_viz opens.
+//! it and answers ([`explain()`]): the live memory grouped by allocating stack and named by
+//! the first frame in the user's code, what was allocated after a point and never freed, the
+//! reserved-but-unallocated bytes per segment, and ([`diff()`]) the difference between two
+//! snapshots. [`render`] writes it as a table, markdown or JSON; [`trim`] writes a small
+//! snapshot of the top holders and a trace window that PyTorch's memory_viz opens.
+//!
+//! The modules are layered one way (tidy checks it; docs/architecture.md draws it), each
+//! importing only from its own layer and those below:
+//! 1. [`pickle`]: the pickle machine, which knows nothing of snapshots;
+//! 2. [`model`], `build`, `record`: the typed snapshot and the builder that makes it from the
+//!    machine's values (`record` its one-pass reader of blocks and events);
+//! 3. [`explain`](mod@explain), [`diff`](mod@diff): the answers;
+//! 4. [`trim`], [`render`], [`report`] and this root: files in, files and reports out.
 //!
 //! No libtorch, no Python: it reads the file.
 
 pub(crate) mod build;
+pub mod diff;
 pub mod explain;
 pub mod model;
 pub mod pickle;
@@ -21,8 +29,10 @@ pub mod render;
 pub mod report;
 pub mod trim;
 
-pub use explain::{diff, explain, Difference, Explanation, Holder, Since, View};
-pub use model::Snapshot;
+pub use build::ReadOptions;
+pub use diff::{diff, Difference};
+pub use explain::{explain, Explanation, Holder, View};
+pub use model::{Since, Snapshot};
 
 use std::path::Path;
 
@@ -41,18 +51,6 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// How to read a snapshot.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReadOptions {
-    /// Keep every trace's events from this point on ([`model::Trace::window`]), for `trim`.
-    /// Without it, traces are folded and no event is kept.
-    pub window: Option<Since>,
-    /// Read every opcode through the general pickle machine, without the one-pass reader of
-    /// blocks and events: slower, the same snapshot; tests check the one
-    /// against the other.
-    pub plain: bool,
-}
 
 /// Reads the snapshot at `path` (memory-mapped: the file is not copied into memory).
 pub fn load(path: &Path) -> Result<Snapshot> {
@@ -87,8 +85,8 @@ pub fn from_bytes_with(bytes: &[u8], options: &ReadOptions) -> Result<Snapshot> 
 }
 
 fn read(bytes: &[u8], path: &str, options: &ReadOptions) -> Result<Snapshot> {
-    pickle::read(bytes, options).map_err(|e| match e {
-        pickle::ReadError::Pickle(error) => Error::Pickle { path: path.into(), error },
-        pickle::ReadError::Format(error) => Error::Format { path: path.into(), error },
+    build::read(bytes, options).map_err(|e| match e {
+        build::ReadError::Pickle(error) => Error::Pickle { path: path.into(), error },
+        build::ReadError::Format(error) => Error::Format { path: path.into(), error },
     })
 }

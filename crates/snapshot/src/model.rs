@@ -347,6 +347,30 @@ impl Trace {
     }
 }
 
+/// A point in the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Since {
+    /// An event's index in the device's trace.
+    Event(usize),
+    /// Seconds after the trace's first event.
+    Seconds(f64),
+}
+
+impl std::str::FromStr for Since {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Since, String> {
+        if let Some(t) = s.strip_suffix('s') {
+            return t.parse().map(Since::Seconds).map_err(|_| format!("`{s}`: a time is seconds after the first event, e.g. 12.5s"));
+        }
+        s.parse().map(Since::Event).map_err(|_| format!("`{s}`: give an event index (e.g. 1200) or seconds after the first event (e.g. 12.5s)"))
+    }
+}
+
+/// Where a `--since` point falls: `t0` plus the seconds, saturating.
+pub(crate) fn cut(t0: i64, seconds: f64) -> i64 {
+    t0.saturating_add((seconds * 1e6) as i64)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub segments: Vec<Segment>,

@@ -1,27 +1,23 @@
-//! A streaming reader of pickles (protocols 0 to 5) that builds the typed snapshot while it
-//! runs: the pickle machine (stack, marks, memo, every opcode) is here; what a finished dict or
-//! list becomes (a frame, a stack, a block, a trace event folded into its trace) is
-//! `build`'s; the dicts that make most of a snapshot (segments, blocks, events) are
-//! read in one pass by `record`, which hands any dict it does not expect back to this
-//! machine. No generic value tree is ever built: a value on the stack is sixteen bytes (a
-//! number, a string's id in the intern table, a frame's or a stack's id, or the slot of a
+//! A streaming pickle machine (protocols 0 to 5): the stack, the marks, the memo's encoding and
+//! every opcode, and nothing of what the pickle means. What a dict or list becomes when it is
+//! filled is its builder's (`Build`; for a snapshot, `build`'s: frames, stacks, blocks, trace
+//! events); the builder may also read a dict ahead in one pass (`Build::dict_ahead`). No value
+//! tree is ever built: a value on the stack is sixteen bytes (a number, a string's id in the
+//! builder's intern table, the id of a dict or list the builder interned, or the slot of a
 //! container being filled), and the memo is four bytes a key.
 //!
 //! Why not serde-pickle or a generic reader: snapshots run to gigabytes, most of their bytes are
 //! stack frames that repeat, and a value tree of them costs several times the file (the reader
 //! this one replaced took 5.3 times a 1 GB file and 20 s). Here strings are read in place from
-//! the memory-mapped file and interned once, a frame or a stack seen a million times is held
-//! once, blocks are kept in a few bytes each, and trace events are folded as they arrive.
+//! the memory-mapped file and handed to the builder to intern, and a batch of references to
+//! interned dicts goes straight into its list.
 //!
 //! Hostile input: every length is checked against the bytes left before anything is read or
-//! allocated, the stack is capped at [`MAX_STACK`] values and open containers at a quarter of a
-//! million, memo keys far beyond what was stored go to a sparse map, nothing recurses, nothing
-//! is quadratic, and a container referred to while it is still being filled (a cycle) is
-//! frozen as it stands, so that filling it further is an error.
+//! allocated, the stack is capped at [`MAX_STACK`] values (the builder caps its open
+//! containers), memo keys far beyond what was stored go to a sparse map, nothing recurses,
+//! nothing is quadratic, and a container referred to while it is still being filled (a cycle)
+//! is frozen as it stands (`Build::freeze`), so that filling it further is an error.
 
-use crate::build::{Builder, Owned};
-use crate::model::{FormatError, Snapshot};
-use crate::ReadOptions;
 use rustc_hash::FxHashMap;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -36,27 +32,59 @@ pub enum PickleError {
     Malformed { at: usize, what: String },
 }
 
-/// What reading can fail on: the bytes (not a pickle, or a broken one) or the data (a pickle,
-/// but not a snapshot).
-#[derive(Debug, PartialEq)]
-pub(crate) enum ReadError {
-    Pickle(PickleError),
-    Format(FormatError),
-}
+/// The machine's own steps fail with a [`PickleError`]; those that hand values to the builder
+/// with the builder's error, which a `PickleError` converts into.
+pub(crate) type Result<T, E = PickleError> = std::result::Result<T, E>;
 
-impl From<PickleError> for ReadError {
-    fn from(e: PickleError) -> ReadError {
-        ReadError::Pickle(e)
-    }
-}
+/// What the machine hands the pickle's values to. The machine keeps the stack and the marks and
+/// reads the opcodes; the builder decides what each dict and list becomes when it is filled,
+/// keeps the containers being filled (by slot) and the memo (whose keys that held a container
+/// must hold what it became).
+pub(crate) trait Build<'a>: Sized {
+    /// What reading fails on: the pickle's errors and the builder's own.
+    type Error: From<PickleError>;
+    /// What a dict became when a batch finished it, for [`Build::place`].
+    type Done;
+    /// What the whole pickle becomes.
+    type Output;
 
-impl From<FormatError> for ReadError {
-    fn from(e: FormatError) -> ReadError {
-        ReadError::Format(e)
-    }
+    fn memo(&self) -> &Memo;
+    fn memo_mut(&mut self) -> &mut Memo;
+    /// A string's id: `bytes` are in the data, read in place.
+    fn intern(&mut self, bytes: &'a [u8], at: usize) -> Result<u32, Self::Error>;
+    /// A string's id, decoded from the data.
+    fn intern_owned(&mut self, bytes: Vec<u8>, at: usize) -> Result<u32, Self::Error>;
+    /// A slot for a new dict or list to fill.
+    fn new_slot(&mut self, is_dict: bool, at: usize) -> Result<u32, Self::Error>;
+    /// Whether `slot` is a dict's; `None` for a slot that was never handed out.
+    fn is_dict(&self, slot: u32) -> Option<bool>;
+    /// Where the container in `slot` sits on the machine's stack (the machine keeps it there).
+    fn place_of(&mut self, slot: u32) -> &mut usize;
+    /// `key` is a memo key that holds the container in `slot`.
+    fn remember(&mut self, slot: u32, key: u32);
+    /// `SETITEMS` or `DICT` on `target`: `Some` when the batch finished the dict.
+    fn set_items(&mut self, target: Value, items: &[Value], at: usize) -> Result<Option<Self::Done>, Self::Error>;
+    /// `SETITEM` on `target`.
+    fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize) -> Result<(), Self::Error>;
+    /// `APPEND`, `APPENDS`, `LIST` or `ADDITEMS` on `target`.
+    fn append(&mut self, target: Value, items: &[Value], at: usize) -> Result<(), Self::Error>;
+    /// Whether the list in `slot` takes a run of interned dicts ([`Value::DictId`]) at once.
+    fn takes_dict_ids(&self, slot: u32) -> bool;
+    /// A run of interned dicts appended to the list in `slot` (which [`Build::takes_dict_ids`]).
+    fn append_dict_ids(&mut self, slot: u32, ids: &[u32]);
+    /// Drops a value taken off the stack.
+    fn discard(&mut self, v: Value, at: usize) -> Result<(), Self::Error>;
+    /// A container being filled, or an item, referred to again: finished as it stands.
+    fn freeze(&mut self, v: Value, at: usize) -> Result<Value, Self::Error>;
+    /// Puts what the dict at stack position `pos` became in its place on the stack (or
+    /// straight into the list below it).
+    fn place(r: &mut Reader<'a, Self>, pos: usize, done: Self::Done) -> Result<(), Self::Error>;
+    /// At `EMPTY_DICT` (read): reads the dict ahead if the builder can, and puts it where the
+    /// machine would have. `Ok(false)`: nothing was read, and the machine reads the dict.
+    fn dict_ahead(r: &mut Reader<'a, Self>, at: usize) -> Result<bool, Self::Error>;
+    /// What the value that `STOP` found on the stack becomes.
+    fn stop(self, top: Value, at: usize) -> Result<Self::Output, Self::Error>;
 }
-
-pub(crate) type Result<T> = std::result::Result<T, ReadError>;
 
 /// The most values the stack may hold at once. A snapshot writer's stack holds a batch of at
 /// most a thousand items per open container, a few containers deep (blocks and events go
@@ -103,20 +131,20 @@ pub(crate) enum Value {
     /// An integer beyond 64 bits: no field of a snapshot holds one.
     Huge,
     Float(f64),
-    /// A string, by its id in the intern table.
+    /// A string, by its id in the builder's intern table.
     Str(u32),
-    /// A finished frame dict, by its id in the frame table.
-    Frame(u32),
-    /// A finished list of frames, by its id in the stack table.
-    Stack(u32),
+    /// A finished dict that the builder interned, by its id.
+    DictId(u32),
+    /// A finished list that the builder interned, by its id.
+    ListId(u32),
     /// A finished empty list.
     EmptyList,
     /// A dict being filled, by its slot.
     Dict(u32),
     /// A list being filled, by its slot.
     List(u32),
-    /// A finished block, segment, trace event, trace or list of them, waiting for the container
-    /// that takes it, by its slot.
+    /// A finished dict or list that the builder holds until the container that takes it is
+    /// filled, by its slot there.
     Item(u32),
     /// Anything else, finished.
     Opaque(Kind),
@@ -131,8 +159,8 @@ impl Value {
             Value::Int(_) | Value::UInt(_) | Value::Huge => "an int",
             Value::Float(_) => "a float",
             Value::Str(_) => "a str",
-            Value::Frame(_) | Value::Dict(_) => "a dict",
-            Value::Stack(_) | Value::EmptyList | Value::List(_) => "a list",
+            Value::DictId(_) | Value::Dict(_) => "a dict",
+            Value::ListId(_) | Value::EmptyList | Value::List(_) => "a list",
             Value::Item(_) => "a dict or list",
             Value::Opaque(k) => k.name(),
         }
@@ -142,8 +170,8 @@ impl Value {
 /// A memo entry in four bytes: a tag in the top three bits, an id below.
 pub(crate) const PAYLOAD: u32 = (1 << 29) - 1;
 pub(crate) const T_STR: u32 = 1 << 29;
-pub(crate) const T_FRAME: u32 = 2 << 29;
-pub(crate) const T_STACK: u32 = 3 << 29;
+pub(crate) const T_DICT_ID: u32 = 2 << 29;
+pub(crate) const T_LIST_ID: u32 = 3 << 29;
 pub(crate) const T_OPEN: u32 = 4 << 29;
 pub(crate) const T_SCALAR: u32 = 5 << 29;
 pub(crate) const T_OPAQUE: u32 = 6 << 29;
@@ -234,8 +262,8 @@ impl Memo {
         let id = |tag: u32, id: u32| if id <= PAYLOAD { Ok(tag | id) } else { Err("more than 500 million distinct values in the memo".to_string()) };
         match v {
             Value::Str(s) => id(T_STR, s),
-            Value::Frame(f) => id(T_FRAME, f),
-            Value::Stack(s) => id(T_STACK, s),
+            Value::DictId(f) => id(T_DICT_ID, f),
+            Value::ListId(s) => id(T_LIST_ID, s),
             Value::EmptyList => Ok(T_EMPTY),
             Value::Dict(slot) | Value::List(slot) => id(T_OPEN, slot),
             Value::Item(_) => Ok(T_OPAQUE | Kind::Dict as u32),
@@ -248,14 +276,15 @@ impl Memo {
     }
 }
 
-/// Reads a snapshot from a whole pickle.
-pub(crate) fn read(data: &[u8], options: &ReadOptions) -> Result<Snapshot> {
+/// Runs a whole pickle through the machine into `b`. `plain`: no shortcuts, every opcode
+/// through the general steps (slower, the same result; tests compare the two).
+pub(crate) fn run<'a, B: Build<'a>>(data: &'a [u8], b: B, plain: bool) -> Result<B::Output, B::Error> {
     match data.first() {
         None => return Err(PickleError::Truncated(0, 0).into()),
         Some(&b) if !(b == 0x80 || b == 0x95 || b"(}])NKJILFGMcVSXUT\x8c\x88\x89".contains(&b)) => return Err(PickleError::NotPickle(b).into()),
         _ => {}
     }
-    let mut r = Reader { data, pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), b: Builder::new(options), run: Vec::new(), fast: Default::default(), plain: options.plain };
+    let mut r = Reader { data, pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), b, run: Vec::new(), plain };
     loop {
         let at = r.pos;
         let op = r.u8()?;
@@ -263,50 +292,50 @@ pub(crate) fn read(data: &[u8], options: &ReadOptions) -> Result<Snapshot> {
         match op {
             b'h' | b'j' => {
                 let key = if op == b'h' { r.u8()? as u32 } else { u32::from_le_bytes(r.le()?) };
-                let e = r.b.memo.get(key);
+                let e = r.b.memo().get(key);
                 match e & TAG {
-                    T_FRAME => r.push(Value::Frame(e & PAYLOAD), at)?,
+                    T_DICT_ID => r.push(Value::DictId(e & PAYLOAD), at)?,
                     T_STR => r.push(Value::Str(e & PAYLOAD), at)?,
                     _ => r.get(key, at)?,
                 }
             }
             0x94 => {
-                let key = r.b.memo.count;
+                let key = r.b.memo().count;
                 r.memoize(key, at)?;
             }
             b'(' => r.mark(at)?,
             b'}' => {
-                if options.plain || !r.record(at)? {
+                if plain || !B::dict_ahead(&mut r, at)? {
                     r.step(op, at)?;
                 }
             }
             b'.' => {
                 let top = r.pop(at)?;
-                return r.b.snapshot(top, at);
+                return r.b.stop(top, at);
             }
             _ => r.step(op, at)?,
         }
     }
 }
 
-pub(crate) struct Reader<'a> {
+/// The machine: the data, where it is, the stack and the marks; the builder it fills.
+pub(crate) struct Reader<'a, B> {
     pub(crate) data: &'a [u8],
     pub(crate) pos: usize,
     pub(crate) stack: Vec<Value>,
     pub(crate) marks: Vec<usize>,
-    pub(crate) b: Builder<'a>,
-    pub(crate) fast: crate::record::Fast,
-    /// The frame ids of a run of memo references being read ahead of a list's `APPENDS`.
+    pub(crate) b: B,
+    /// The ids of a run of memo references to interned dicts read ahead of a list's `APPENDS`.
     run: Vec<u32>,
-    /// No shortcuts: every opcode through `step` ([`ReadOptions::plain`]).
+    /// No shortcuts: every opcode through `step`.
     plain: bool,
 }
 
-pub(crate) fn malformed(at: usize, what: impl Into<String>) -> ReadError {
-    ReadError::Pickle(PickleError::Malformed { at, what: what.into() })
+pub(crate) fn malformed(at: usize, what: impl Into<String>) -> PickleError {
+    PickleError::Malformed { at, what: what.into() }
 }
 
-impl<'a> Reader<'a> {
+impl<'a, B: Build<'a>> Reader<'a, B> {
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let data = self.data;
@@ -367,14 +396,15 @@ impl<'a> Reader<'a> {
         self.stack.pop().ok_or_else(|| malformed(at, "pop from an empty stack"))
     }
 
-    /// `MARK`. When it opens a batch of a list and the batch is memo references to frames up
-    /// to `APPENDS` (a stack, as recent PyTorch writes every block's and event's), the frames
-    /// go straight into the list: a third of such a file's opcodes, read in one tight loop.
+    /// `MARK`. When it opens a batch of a list and the batch is memo references to interned
+    /// dicts up to `APPENDS` (for a snapshot, a stack's frames, as recent PyTorch writes every
+    /// block's and event's), they go straight into the list: a third of such a file's opcodes,
+    /// read in one tight loop.
     /// Anything else in the batch ends the run, and what was read is put on the stack as the
     /// plain reading would have.
     fn mark(&mut self, at: usize) -> Result<()> {
         if let (Some(&Value::List(slot)), false) = (self.stack.last(), self.plain) {
-            if self.b.takes_frames(slot) {
+            if self.b.takes_dict_ids(slot) {
                 let data = self.data;
                 let mut pos = self.pos;
                 self.run.clear();
@@ -394,23 +424,23 @@ impl<'a> Reader<'a> {
                         }
                         Some(b'e') => {
                             self.pos = pos + 1;
-                            self.b.append_frames(slot, &self.run);
+                            self.b.append_dict_ids(slot, &self.run);
                             return Ok(());
                         }
                         _ => break,
                     };
-                    let e = self.b.memo.get(key);
-                    if e & TAG != T_FRAME {
+                    let e = self.b.memo().get(key);
+                    if e & TAG != T_DICT_ID {
                         break;
                     }
                     self.run.push(e & PAYLOAD);
                     self.pos = pos;
                 }
-                // Not a run of frames to the end of the batch: read on as usual from the first
+                // Not a run of interned dicts to the end of the batch: read on as usual from the first
                 // opcode that was not one.
                 self.push_mark(at)?;
                 for i in 0..self.run.len() {
-                    self.push(Value::Frame(self.run[i]), at)?;
+                    self.push(Value::DictId(self.run[i]), at)?;
                 }
                 return Ok(());
             }
@@ -433,7 +463,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Pops to the last mark, dropping the items.
-    fn drop_to_mark(&mut self, at: usize) -> Result<()> {
+    fn drop_to_mark(&mut self, at: usize) -> Result<(), B::Error> {
         let mark = self.pop_mark(at)?;
         for i in mark..self.stack.len() {
             self.b.discard(self.stack[i], at)?;
@@ -451,17 +481,14 @@ impl<'a> Reader<'a> {
 
     /// A container referred to again while it is being filled (a cycle, or `DUP`): it is
     /// finished as it stands, here and wherever the stack holds it.
-    fn freeze(&mut self, v: Value, at: usize) -> Result<Value> {
+    fn freeze(&mut self, v: Value, at: usize) -> Result<Value, B::Error> {
         // An open container is on the stack once, where it was pushed; an item or a value
         // pushed by DUP is the top.
         let place = match v {
             Value::Dict(slot) | Value::List(slot) => *self.b.place_of(slot),
             _ => self.stack.len().saturating_sub(1),
         };
-        let frozen = match self.b.take(v, at)? {
-            Owned::V(f) => f,
-            Owned::Item(item) => Value::Opaque(item.kind()),
-        };
+        let frozen = self.b.freeze(v, at)?;
         if let Some(s) = self.stack.get_mut(place).filter(|s| **s == v) {
             *s = frozen;
         }
@@ -471,35 +498,35 @@ impl<'a> Reader<'a> {
     #[inline]
     fn memoize(&mut self, key: u32, at: usize) -> Result<()> {
         let v = self.top(at)?;
-        let entry = self.b.memo.entry(v).map_err(|e| malformed(at, e))?;
+        let entry = self.b.memo_mut().entry(v).map_err(|e| malformed(at, e))?;
         if let Value::Dict(slot) | Value::List(slot) = v {
             self.b.remember(slot, key);
         }
-        self.b.memo.set(key, entry);
+        self.b.memo_mut().set(key, entry);
         Ok(())
     }
 
-    fn get(&mut self, key: u32, at: usize) -> Result<()> {
-        let e = self.b.memo.get(key);
+    fn get(&mut self, key: u32, at: usize) -> Result<(), B::Error> {
+        let e = self.b.memo().get(key);
         let v = match e & TAG {
             T_STR => Value::Str(e & PAYLOAD),
-            T_FRAME => Value::Frame(e & PAYLOAD),
-            T_STACK => Value::Stack(e & PAYLOAD),
+            T_DICT_ID => Value::DictId(e & PAYLOAD),
+            T_LIST_ID => Value::ListId(e & PAYLOAD),
             T_EMPTY => Value::EmptyList,
             T_OPAQUE => Value::Opaque(Kind::from_u32(e & PAYLOAD)),
-            T_SCALAR => self.b.memo.scalars[(e & PAYLOAD) as usize],
+            T_SCALAR => self.b.memo().scalars[(e & PAYLOAD) as usize],
             T_OPEN => {
                 let slot = e & PAYLOAD;
                 let open = match self.b.is_dict(slot) {
                     Some(true) => Value::Dict(slot),
                     Some(false) => Value::List(slot),
-                    None => return Err(malformed(at, format!("memo key {key} refers to a container still being read"))),
+                    None => return Err(malformed(at, format!("memo key {key} refers to a container still being read")).into()),
                 };
                 self.freeze(open, at)?
             }
-            _ => return Err(malformed(at, format!("memo key {key} was never stored"))),
+            _ => return Err(malformed(at, format!("memo key {key} was never stored")).into()),
         };
-        self.push(v, at)
+        Ok(self.push(v, at)?)
     }
 
     /// The opcode after this one is a memo store (writers that memoize a container after
@@ -510,27 +537,6 @@ impl<'a> Reader<'a> {
             at += 9;
         }
         matches!(self.data.get(at), Some(0x94 | b'q' | b'r' | b'p'))
-    }
-
-    /// The dict at `pos` was filled and became `owned`. A block, segment or trace event that
-    /// is the only item above the mark of a list being filled goes into that list now, rather
-    /// than waiting on the stack for the list's `APPENDS`: writers that append a whole list in
-    /// one batch (PyTorch's C++ pickler) would otherwise stack millions of them.
-    #[inline]
-    pub(crate) fn place(&mut self, pos: usize, owned: Owned) -> Result<()> {
-        let v = match owned {
-            Owned::Item(item) if item.is_record() && pos + 1 == self.stack.len() => match self.list_below(pos) {
-                Some(slot) => {
-                    self.stack.pop();
-                    return self.b.append_owned(slot, Owned::Item(item));
-                }
-                None => Value::Item(self.b.store(item)),
-            },
-            Owned::Item(item) => Value::Item(self.b.store(item)),
-            Owned::V(v) => v,
-        };
-        self.stack[pos] = v;
-        Ok(())
     }
 
     /// The list whose batch a value at stack position `pos` would be the first item of, if the
@@ -563,13 +569,13 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(line).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| malformed(at, "a memo key that is not a number"))
     }
 
-    fn step(&mut self, op: u8, at: usize) -> Result<()> {
+    fn step(&mut self, op: u8, at: usize) -> Result<(), B::Error> {
         match op {
             // Framing and protocol: nothing to do.
             0x80 => {
                 let proto = self.u8()?;
                 if proto > 5 {
-                    return Err(malformed(at, format!("pickle protocol {proto} is newer than this reader (0 to 5): re-save with protocol 5 or lower")));
+                    return Err(malformed(at, format!("pickle protocol {proto} is newer than this reader (0 to 5): re-save with protocol 5 or lower")).into());
                 }
             }
             0x95 => {
@@ -594,7 +600,7 @@ impl<'a> Reader<'a> {
                 self.stack.truncate(mark);
                 self.push_open(Value::Dict(slot), at)?;
                 if let Some(owned) = done? {
-                    self.place(mark, owned)?;
+                    B::place(self, mark, owned)?;
                 }
             }
             b'u' => {
@@ -603,7 +609,7 @@ impl<'a> Reader<'a> {
                 let done = self.b.set_items(target, &self.stack[mark..], at);
                 self.stack.truncate(mark);
                 if let Some(owned) = done? {
-                    self.place(mark - 1, owned)?;
+                    B::place(self, mark - 1, owned)?;
                 }
             }
             b's' => {
@@ -727,7 +733,7 @@ impl<'a> Reader<'a> {
 
             // The memo.
             0x94 => {
-                let key = self.b.memo.count;
+                let key = self.b.memo().count;
                 self.memoize(key, at)?;
             }
             b'q' => {
@@ -879,7 +885,7 @@ fn long_wide(bytes: &[u8]) -> Value {
 /// Protocol 0's UNICODE argument (Python's `raw-unicode-escape`): bytes below 256 stand for
 /// themselves, `\uXXXX` and `\UXXXXXXXX` for the rest. `None` when there is nothing to decode
 /// (plain ASCII, the usual case), so that the text is read in place.
-fn raw_unicode_escape(line: &[u8]) -> Option<std::result::Result<String, ReadError>> {
+fn raw_unicode_escape(line: &[u8]) -> Option<Result<String>> {
     if line.iter().all(|&b| b < 0x80 && b != b'\\') {
         return None;
     }

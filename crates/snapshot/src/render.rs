@@ -1,6 +1,7 @@
 //! The answers as text for people (a table), markdown for reports, JSON for programs.
 
-use crate::explain::{Difference, Explanation, Holder};
+use crate::diff::Difference;
+use crate::explain::{Explanation, Holder};
 use leaklab_report::human_bytes;
 
 fn holder_rows(holders: &[Holder], top: usize, stacks: bool, out: &mut String) {

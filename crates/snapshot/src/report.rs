@@ -2,7 +2,9 @@
 //! report.md, report.json and report.html), and the "who holds it" parts of a page that the
 //! run-lab and scan reports embed: the holders as a table, the difference as a section.
 
-use crate::explain::{Difference, Explanation, Holder, Since, View};
+use crate::diff::Difference;
+use crate::explain::{Explanation, Holder, View};
+use crate::model::Since;
 use crate::render;
 use leaklab_report::page::{Page, Section, Summary};
 use leaklab_report::{human_bytes, Cell, Outcome, Report, Table, Tone};

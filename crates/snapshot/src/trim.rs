@@ -11,8 +11,8 @@
 //! thousand at a time. It goes to a temporary file beside the output, renamed over it when
 //! complete: a bad input or a failed write leaves nothing behind.
 
-use crate::explain::{explain, Holder, Since, View};
-use crate::model::{Action, Block, BlockState, Snapshot, StackId, TraceEntry};
+use crate::explain::{explain, Holder, View};
+use crate::model::{Action, Block, BlockState, Since, Snapshot, StackId, TraceEntry};
 use crate::{Error, ReadOptions, Result};
 use leaklab_report::human_bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
