@@ -1,0 +1,131 @@
+"""The zoo's shared parts: what an entry declares about itself, and how it is served.
+
+Each cause is one module beside this file (``lab/zoo/<name>.py``). Its docstring tells the
+cause as a learner reads it: the public report it reproduces (repository and issue or PR), the
+symptom as reported, and, written *before* it was measured, the prediction: the instrument that
+should see it, the expected verdict under a stated budget, the growth axis and the owner. Its
+``ENTRY`` says the same for programs (the zoo driver, ``cargo xtask run-lab --zoo``, reads every
+``ENTRY`` through ``serve.py --list``), and its ``make_app(variant)`` builds the FastAPI service,
+the leaky path marked ``LEAK(cause)`` and its fixed twin ``FIX(cause)`` beside it.
+
+A cause module imports only the standard library and this file at its top: torch and FastAPI
+are imported inside ``make_app``, so that listing the zoo costs nothing and an entry's
+environment knobs (``Entry.env``) are set before torch first loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal
+
+Variant = Literal["leaky", "fixed"]
+VARIANTS: tuple[Variant, ...] = ("leaky", "fixed")
+
+# The axis along which memory grows, one word each (docs/zoo.md explains them):
+# per-request    every request adds (a Python holder, a graph, a hook)
+# per-new-input  only inputs not seen before add (a cache keyed by shape or value)
+# per-new-thread every new thread adds (thread-local native state)
+# other-process  a child process grows while the service process stays flat
+# bounded        grows, then stops at a capacity (a cache with a cap)
+# given-back     grows and holds, but the allocator returns it when asked (malloc_trim)
+# none           nothing grows
+Axis = Literal["per-request", "per-new-input", "per-new-thread", "other-process", "bounded", "given-back", "none"]
+
+# Where the growing memory lives: a Python object reachable from a root (the census names
+# it), native memory no Python object holds (a library's cache, the allocator), or another
+# process of the service's tree.
+Owner = Literal["python", "native", "other-process", "none"]
+
+Verdict = Literal["fail", "pass"]
+
+# How the scan's request bodies are made: one body sent again and again ("same"), numbers
+# nudged per request (the scan's --vary: new by value, same shape), or a folder of bodies of
+# distinct shapes written by ``Entry.bodies`` ("shapes").
+Inputs = Literal["same", "vary", "shapes"]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one variant should get: the verdict under ``Entry.budget``, the axis and owner."""
+
+    verdict: Verdict
+    axis: Axis
+    owner: Owner
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cause of the zoo, as the driver and the docs read it."""
+
+    name: str
+    title: str
+    # Public reports reproduced, e.g. "pytorch/pytorch#27971" (repository#number).
+    reports: tuple[str, ...]
+    # The symptom as the report tells it, in a sentence.
+    symptom: str
+    # "scan" (from outside: RSS / anonymous memory of the process tree) and/or "agent" (the
+    # census inside names the holder) and/or "plugin" (the pytest leak_check, in-process).
+    instruments: tuple[str, ...]
+    below_python: bool
+    # Must not be judged a leak: its "leaky" variant is what a naive check calls a leak.
+    must_pass: bool
+    leaky: Expect
+    fixed: Expect
+    # The scan's budget flags, the same for both variants, e.g.
+    # ("--capacity", "512MiB", "--rate", "10", "--fail-if-oom-within", "7d").
+    budget: tuple[str, ...]
+    inputs: Inputs = "same"
+    # Requests judged and warm-up, the smallest run that shows the mechanism.
+    requests: int = 400
+    warmup: int = 50
+    # Environment set before torch loads, per variant (a knob such as
+    # ONEDNN_PRIMITIVE_CACHE_CAPACITY). Not glibc's MALLOC_* variables: glibc reads them
+    # when the process starts, before serve.py sets these (use mallopt in make_app).
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The body of one request (inputs "same"/"vary"); with "shapes", the body of request i.
+    body: Callable[[int], dict[str, Any]] | None = None
+
+    def expect(self, variant: Variant) -> Expect:
+        return self.leaky if variant == "leaky" else self.fixed
+
+    def describe(self) -> dict[str, Any]:
+        """The entry as JSON for the driver (no callables)."""
+        doc = asdict(self)
+        doc.pop("body")
+        return doc
+
+
+def serve(app: Any, label: str, port: int = 0) -> None:
+    """Serve ``app`` on loopback, printing ``listening on http://127.0.0.1:PORT`` first (the
+    line leaklab's tests and the zoo driver wait for), with leaklab's agent mounted."""
+    import uvicorn
+
+    try:
+        from leaklab.asgi import LeaklabDebug
+    except ImportError:  # the source tree without the wheel installed: the package is here
+        import sys
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(here, "..", "..", "crates", "cli", "python"))
+        from leaklab.asgi import LeaklabDebug
+
+    app.add_middleware(LeaklabDebug)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it each answer waits ~40 ms on Nagle and the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    # Listen before saying so: connections made right after the line queue until uvicorn
+    # serves them, rather than being refused.
+    sock.listen(128)
+    host, port = sock.getsockname()
+    print(f"leaklab-zoo {label} listening on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
+def to_json(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True)
