@@ -2,8 +2,10 @@
 
 Names are built only for the ancestors of tensors, memoised, from the walk's parent chain
 (:mod:`leaklab._walk`). A path is rebased at the nearest object with a name of its own (a
-class, a function, a coroutine, a logger), so the same holder keeps the same name however it
-was reached. Variable parts (list indices, dict keys) collapse to ``[…]``, and the trailing
+class, an importable function, a coroutine, a logger), so the same holder keeps the same name
+however it was reached. A closure or a lambda has no such name: its path from the root (where
+it was registered: a module global, app state, a module's hook dict, a thread's frame) comes
+before its qualified name. Variable parts (list indices, dict keys) collapse to ``[…]``, and the trailing
 ones are dropped: the holder is the container, not the slot. docs/agent.md has the rules with
 examples.
 """
@@ -211,7 +213,7 @@ class Namer:
                 return Label((str(namespace.get("__name__")),), "module global", "ns")
             return label.child(" → " + short_name(child))
         if type(parent) is types.FunctionType:
-            return self.function_child(parent, child)
+            return self.function_child(parent, label, child)
         if type(parent) is types.MethodType:
             return label.child(".__self__" if child is parent.__self__ else ".__func__")
         if type(parent) is types.CellType:
@@ -236,8 +238,16 @@ class Namer:
             return label.child(".__mro__")
         return label.child(" → " + short_name(child))
 
-    def function_child(self, fn: types.FunctionType, child: Any) -> Label:
-        anchor = Label((f"{fn.__module__}.{fn.__qualname__}",), "closure")
+    def function_child(self, fn: types.FunctionType, label: Label, child: Any) -> Label:
+        qualname = fn.__qualname__
+        if "<" in qualname:
+            # A closure or a lambda, made at run time: its name says what it is, not where it is
+            # kept. Its path from the root does (a hook is kept where it was registered:
+            # `svc.MODEL.2._forward_hooks[…] → make_hook.<locals>.hook`).
+            anchor = label.child(" → " + qualname, kind="closure")
+        else:
+            # Importable as `module.qualname`: a root of its own, however it was reached.
+            anchor = Label((f"{fn.__module__}.{qualname}",), "closure")
         if child is fn.__closure__:
             return anchor.child("", role="closure", aux=fn.__code__.co_freevars)
         if child is fn.__defaults__:

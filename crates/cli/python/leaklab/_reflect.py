@@ -23,6 +23,7 @@ OWN_MODULES = frozenset(
         "leaklab.asgi",
         "leaklab._bounds",
         "leaklab._naming",
+        "leaklab._process",
         "leaklab._reflect",
         "leaklab._storage",
         "leaklab._unreached",

@@ -8,12 +8,16 @@
    reference count says so) can be reached by one edge only, so it needs no visited mark; only
    objects with several references go into the visited set, which keeps the set small and the
    walk at C-ish speed. Each object records its parent, so the first (shortest) path to every
-   tensor is known (:mod:`leaklab._naming` names it).
+   tensor is known (:mod:`leaklab._naming` names it). Memo caches (``functools.lru_cache``)
+   are entered after everything else: a framework's cache of facts about each endpoint would
+   otherwise name the application's closures by the cache rather than by where the
+   application registered them.
 """
 
 from __future__ import annotations
 
 import array
+import functools
 import gc
 import itertools
 import sys
@@ -26,7 +30,10 @@ from leaklab._bounds import CHECK_EVERY, SLICE, Bounds
 from leaklab._naming import Label
 from leaklab._reflect import frame_locals, instance_dict, is_kind, own_frame, single_reference_count, where
 
-__all__ = ["listed_tensors", "roots", "walk"]
+__all__ = ["CACHE", "listed_tensors", "roots", "walk"]
+
+#: The type of ``functools.lru_cache`` wrappers (the C one).
+CACHE: type = type(functools.lru_cache(maxsize=1)(len))
 
 
 def listed_tensors(kinds: set[type], bounds: Bounds) -> tuple[list[Any], int]:
@@ -104,6 +111,11 @@ def walk(
 ) -> None:
     """Breadth-first from the roots, each object once; tensors are recorded, not entered."""
     get, tracked, refcount = gc.get_referents, gc.is_tracked, sys.getrefcount
+    # Memo caches (functools.lru_cache) are entered last: they hold what the code was called
+    # with (a framework caching facts about each endpoint), not where the application keeps
+    # it, and their paths are often as short as the application's own.
+    later: list[Any] = []
+    later_parent: array.array[int] = array.array("q")
     once = single_reference_count()
     visited = set(map(id, order))
     append, append_parent, mark = order.append, parent.append, visited.add
@@ -119,6 +131,9 @@ def walk(
                 if type(child) in kinds:
                     reached[id(child)] = pos
                     found.append(child)
+                elif type(child) is CACHE:
+                    later.append(child)
+                    later_parent.append(pos)
                 else:
                     append(child)
                     append_parent(pos)
@@ -129,6 +144,9 @@ def walk(
                     if type(child) in kinds:
                         reached[i] = pos
                         found.append(child)
+                    elif type(child) is CACHE:
+                        later.append(child)
+                        later_parent.append(pos)
                     else:
                         append(child)
                         append_parent(pos)
@@ -145,29 +163,37 @@ def walk(
 
     depth, level_end, check = 0, len(order), CHECK_EVERY
     pos = -1
-    # map() over the list sees what the loop appends: the queue is the list itself.
-    for referents in map(get, order):
-        pos += 1
-        if pos == level_end:
-            depth += 1
-            level_end = len(order)
-            if depth >= bounds.max_depth:
-                bounds.stop(f"max_depth: paths longer than {bounds.max_depth} steps were not followed")
+    while True:
+        # map() over the list sees what the loop appends: the queue is the list itself.
+        for referents in map(get, itertools.islice(order, pos + 1, None)):
+            pos += 1
+            if pos == level_end:
+                depth += 1
+                level_end = len(order)
+                if depth >= bounds.max_depth:
+                    bounds.stop(f"max_depth: paths longer than {bounds.max_depth} steps were not followed")
+                    break
+            if pos >= check:
+                check = pos + CHECK_EVERY
+                if late():
+                    break
+            if len(referents) <= CHECK_EVERY:
+                enter(referents, pos)
+                continue
+            # A big container (a list of a million): its children in slices, the clock read between.
+            children = iter(referents)
+            for _ in range(0, len(referents), CHECK_EVERY):
+                enter(itertools.islice(children, CHECK_EVERY), pos)
+                if late():
+                    break
+            del children
+            bounds.release(referents)  # its references given back in slices too
+            if bounds.stopped is not None:
                 break
-        if pos >= check:
-            check = pos + CHECK_EVERY
-            if late():
-                break
-        if len(referents) <= CHECK_EVERY:
-            enter(referents, pos)
-            continue
-        # A big container (a list of a million): its children in slices, the clock read between.
-        children = iter(referents)
-        for _ in range(0, len(referents), CHECK_EVERY):
-            enter(itertools.islice(children, CHECK_EVERY), pos)
-            if late():
-                break
-        del children
-        bounds.release(referents)  # its references given back in slices too
-        if bounds.stopped is not None:
-            break
+        if bounds.stopped is not None or not later:
+            return
+        # The memo caches met, entered after everything else (their depth: one more level).
+        order.extend(later)
+        parent.extend(later_parent)
+        later.clear()
+        del later_parent[:]

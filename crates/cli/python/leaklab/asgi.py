@@ -20,6 +20,11 @@ lifespan and websocket scope, to ``app`` untouched; on that path it does nothing
   up to ``snapshot_max_bytes`` and streamed from it; 409 where CUDA is not in use.
 - ``GET|POST|DELETE history``: the CUDA allocator's history ring, its state, start and stop
   (``max_entries`` up to ``history_max_entries``). One snapshot or history change at a time.
+- ``POST trim`` (where the owner passed ``allow_trim=True``): ``malloc_trim(0)``, ``gc.collect()``,
+  ``malloc_trim(0)`` again, what each gave back measured apart (:func:`leaklab._process.trim`).
+
+``stats`` also counts the HTTP requests handed to the application (started and answered: two
+integer increments on the request path), and says the collector's state and the threads alive.
 
 Only loopback clients are answered, unless ``allow_networks`` names others or the request
 carries the bearer ``token``. Every refusal and every bad request gets a JSON message and a 4xx,
@@ -45,6 +50,14 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import IO, Any, TypedDict, TypeVar
 from urllib.parse import parse_qsl
 
+from leaklab._process import (
+    TRIM_SCHEMA,
+    CollectorState,
+    ThreadsState,
+    collector_state,
+    threads_state,
+    trim,
+)
 from leaklab.census import SCHEMA as CENSUS_SCHEMA
 from leaklab.census import CensusError, Totals, census
 
@@ -57,6 +70,7 @@ __all__ = [
     "LastCensus",
     "LeaklabDebug",
     "ProcessStats",
+    "Requests",
     "StatsDoc",
 ]
 
@@ -121,17 +135,28 @@ class LastCensus(TypedDict):
     holders: int
 
 
+class Requests(TypedDict):
+    """HTTP requests this middleware handed to the application (its own routes left out), in
+    this worker process since it started: a server of several workers has one count per worker."""
+
+    started: int  #: handed to the application
+    answered: int  #: the application returned from (its answer sent); started minus answered: in flight or failed
+
+
 class StatsDoc(TypedDict):
     """``GET {prefix}/stats``: cheap to produce (no census, no snapshot)."""
 
     schema: str  #: ``leaklab.stats/1``
-    pid: int
+    pid: int  #: this worker process: a watcher sums the workers' ``requests`` by PID
     taken_at: float
     process: ProcessStats
     cuda: CudaStats | None  #: None unless torch is imported and CUDA initialised in this process
     history: HistoryState
     last_census: LastCensus | None
     census_running: bool
+    requests: Requests
+    collector: CollectorState
+    threads: ThreadsState
 
 
 class _Answer(Exception):
@@ -167,6 +192,9 @@ class LeaklabDebug:
     - ``history_max_entries``: the most entries ``POST history`` (and ``record_memory_history``)
       may ask of the history ring (100,000, as PyTorch's own examples use).
     - ``snapshot_max_bytes``: the largest snapshot pickle served (1 GiB); a larger one is refused.
+    - ``allow_trim``: serve ``POST trim`` (off): ``malloc_trim(0)``, a full ``gc.collect()``,
+      ``malloc_trim(0)`` again, each measured apart, one at a time with the census, a step that
+      would start after ``census_max_seconds`` skipped. It changes the process: opt in.
     """
 
     def __init__(
@@ -184,6 +212,7 @@ class LeaklabDebug:
         census_max_depth: int = 1000,
         history_max_entries: int = 100_000,
         snapshot_max_bytes: int = 1 << 30,
+        allow_trim: bool = False,
     ) -> None:
         if not prefix.startswith("/") or prefix.rstrip("/") == "":
             raise ValueError(f"prefix must be a path such as '/debug/leaklab', not {prefix!r}")
@@ -203,7 +232,10 @@ class LeaklabDebug:
         self._allow_loopback = allow_loopback
         self._max_seconds, self._max_depth = float(census_max_seconds), int(census_max_depth)
         self._max_entries, self._max_bytes = int(history_max_entries), int(snapshot_max_bytes)
-        self._census_lock = threading.Lock()
+        self._allow_trim = bool(allow_trim)
+        # Plain integers, counted on the event loop's thread: one increment each per request.
+        self.started = self.answered = 0
+        self._census_lock = threading.Lock()  # one census or trim at a time
         self._cuda_lock = threading.Lock()  # one snapshot or history change at a time
         self._last: LastCensus | None = None
         self._history = HistoryState(recording=False, max_entries=None, since=None, note=None)
@@ -214,6 +246,7 @@ class LeaklabDebug:
             "stats": {"GET": self._stats},
             "snapshot": {"GET": self._snapshot},
             "history": {"GET": self._history_state, "POST": self._history_start, "DELETE": self._history_stop},
+            "trim": {"POST": self._trim},
         }
         if record_memory_history:
             self._history = _start_history(record_memory_history)
@@ -225,15 +258,20 @@ class LeaklabDebug:
                 log.warning("leaklab: oom_snapshot_dir=%s: %s", oom_snapshot_dir, note)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The only work on the request path: one type check and one prefix comparison.
-        if scope["type"] != "http" or not scope["path"].startswith(self._prefix):
+        # The only work on the request path: one type check, one prefix comparison and, for
+        # HTTP, two increments.
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rest = scope["path"][len(self._prefix) :]
-        if rest and rest[0] != "/":  # /debug/leaklabs is not ours
-            await self.app(scope, receive, send)
-            return
-        await self._serve(scope, rest.strip("/"), send)
+        path: str = scope["path"]
+        if path.startswith(self._prefix):
+            rest = path[len(self._prefix) :]
+            if not rest or rest[0] == "/":  # /debug/leaklabs is not ours
+                await self._serve(scope, rest.strip("/"), send)
+                return
+        self.started += 1
+        await self.app(scope, receive, send)
+        self.answered += 1
 
     # --- serving ----------------------------------------------------------------------------------
 
@@ -327,6 +365,7 @@ class LeaklabDebug:
                 f"GET {p}/history": "the CUDA allocator history ring's state",
                 f"POST {p}/history": "start recording it; option max_entries",
                 f"DELETE {p}/history": "stop recording it",
+                f"POST {p}/trim": f"malloc_trim(0), gc.collect(), malloc_trim(0) ({TRIM_SCHEMA}); opt-in: allow_trim",
             },
         )
         return 200, _json(doc), _JSON, []
@@ -345,7 +384,7 @@ class LeaklabDebug:
         max_depth = int(opts.get("max_depth", self._max_depth))
         top = int(opts.get("top", 0))
         if not self._census_lock.acquire(blocking=False):
-            raise _Answer(409, "a census is already running in this process; ask again when it has answered")
+            raise _Answer(409, "a census or a trim is already running in this process; ask again when it has answered")
 
         def work() -> bytes:
             doc = census(max_seconds=max_seconds, max_depth=max_depth, top=top)
@@ -376,8 +415,26 @@ class LeaklabDebug:
             history=self._history,
             last_census=self._last,
             census_running=self._census_lock.locked(),
+            requests=Requests(started=self.started, answered=self.answered),
+            collector=collector_state(),
+            threads=threads_state(),
         )
         return 200, _json(doc), _JSON, []
+
+    async def _trim(self, query: dict[str, str]) -> _Response:
+        opts = _options(query, {"max_seconds": (float, 0.0, self._max_seconds, True)}, ceilings=("max_seconds",))
+        if not self._allow_trim:
+            raise _Answer(
+                409,
+                "the trim probe is off: it runs gc.collect() and malloc_trim(0) in this process, so its "
+                "owner opts in with LeaklabDebug(app, allow_trim=True)",
+            )
+        max_seconds = float(opts.get("max_seconds", self._max_seconds))
+        if not self._census_lock.acquire(blocking=False):
+            raise _Answer(409, "a census or a trim is already running in this process; ask again when it has answered")
+        body = await _in_thread_holding(self._census_lock, lambda: _json(trim(max_seconds)))
+        self._census_lock.release()
+        return 200, body, _JSON, []
 
     async def _snapshot(self, query: dict[str, str]) -> _Response:
         _options(query, {})

@@ -3,8 +3,8 @@
 A leak scan from outside says *that* memory grows; a CUDA snapshot says where the kept memory was
 *born*. The census answers the next question, *who keeps it*: it names, for every live tensor,
 the path from a root to the container that holds it, in the words a Python engineer reads
-(``service.HISTORY``, ``main.app.state.responses``, ``svc.build_handler.<locals>.handle → cell
-'outputs'``), and sums per holder the bytes of the tensors' storages (each storage once: views
+(``service.HISTORY``, ``main.app.state.responses``, ``main.app.state.model.2._forward_hooks[…] →
+make_hook.<locals>.hook → cell 'x'``), and sums per holder the bytes of the tensors' storages (each storage once: views
 share it) and of what their autograd graphs keep alive. Taken twice, after a warm-up and after N
 requests, the holders whose bytes grew are the leak, and the names say where it is kept.
 
@@ -40,6 +40,7 @@ from typing import Any, TypedDict
 
 from leaklab._bounds import CHECK_EVERY, Bounds
 from leaklab._naming import ITEM, Entry, Namer
+from leaklab._process import CollectorState, ThreadsState, collector_state, threads_state
 from leaklab._reflect import subclasses
 from leaklab._storage import device_name, graph_nodes, nbytes, saved_tensors, storages
 from leaklab._unreached import Unreached
@@ -126,6 +127,8 @@ class CensusDoc(TypedDict):
     totals: Totals
     holders: list[Holder]  #: largest first (bytes + graph saved bytes)
     holders_omitted: int  #: holders left out by ``top`` (their bytes are still in ``totals``)
+    collector: CollectorState  #: the collector as the process had it (where it is off, cycles are never freed)
+    threads: ThreadsState  #: Python and OS threads alive when it started
 
 
 class Growth(TypedDict):
@@ -177,11 +180,12 @@ def census(*, max_seconds: float = 10.0, max_depth: int = 1000, top: int = 0) ->
         )
     torch = _import_torch()
     enabled = gc.isenabled()
+    process = collector_state(), threads_state()  # before the census turns the collector off
     # A collection started by our own allocations would hold the GIL for its whole pass: the
     # collector is off while the census works, and back on (where it was) at each pause.
     gc.disable()
     try:
-        return _Census(torch, Bounds(max_seconds, max_depth, collector=enabled)).run(top)
+        return _Census(torch, Bounds(max_seconds, max_depth, collector=enabled)).run(top, *process)
     finally:
         if enabled:
             gc.enable()
@@ -272,7 +276,7 @@ class _Census:
         self.saved_attrs: dict[type, tuple[str, ...]] = {}
         self.dtypes: dict[Any, str] = {}  # torch.float32 -> "float32"
 
-    def run(self, top: int) -> CensusDoc:
+    def run(self, top: int, collector: CollectorState, threads: ThreadsState) -> CensusDoc:
         bounds = self.bounds
         taken_at = time.time()
         clock = bounds.started
@@ -358,6 +362,8 @@ class _Census:
             totals=totals,
             holders=kept,
             holders_omitted=len(docs) - len(kept),
+            collector=collector,
+            threads=threads,
         )
 
     @staticmethod

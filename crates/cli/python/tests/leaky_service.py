@@ -53,6 +53,14 @@ def build_handler() -> Any:
 
 HANDLE = build_handler()
 
+
+def make_hook(x: torch.Tensor) -> Any:
+    def hook(module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+        assert output.shape == x.shape  # closure cell: the hook keeps the request's tensor
+
+    return hook
+
+
 AUDIT = logging.getLogger("leaky_service.audit")
 AUDIT.addHandler(logging.handlers.MemoryHandler(capacity=10**9, flushLevel=logging.CRITICAL + 1))
 AUDIT.setLevel(logging.INFO)
@@ -109,6 +117,9 @@ def forward(seed: int, grad: bool = False) -> torch.Tensor:
 
 app = FastAPI()
 app.state.responses = []  # Starlette's State
+app.state.model = torch.nn.Sequential(
+    torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, FEATURES)
+)
 app.add_middleware(LeaklabDebug)
 
 
@@ -121,6 +132,9 @@ def leak(kind: str, seed: int, request: Request) -> dict[str, str]:
         request.app.state.responses.append(y)
     elif kind == "closure":
         HANDLE(y)
+    elif kind == "hook":
+        # A forward hook registered per request, its handle dropped: never removed.
+        request.app.state.model[2].register_forward_hook(make_hook(y))
     elif kind == "class":
         Recorder.buffer.append(y)
     elif kind == "log":

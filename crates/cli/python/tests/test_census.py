@@ -268,3 +268,57 @@ def test_the_document_has_exactly_the_fields_its_typeddicts_name(keep: Any) -> N
     for h in doc["holders"]:
         assert set(h) == Holder.__required_keys__ and set(h["graph"]) == GraphStats.__required_keys__
     json.loads(json.dumps(doc))  # plain JSON all the way down
+
+
+def test_a_closure_is_named_where_the_application_keeps_it_not_by_a_memo_cache() -> None:
+    import functools
+    import types
+
+    def make_handler(x: torch.Tensor) -> Any:
+        def handler() -> torch.Tensor:
+            return x
+
+        return handler
+
+    @functools.cache
+    def facts(fn: Any) -> str:  # a framework's memo of facts about each endpoint
+        return str(fn.__qualname__)
+
+    handler = make_handler(torch.zeros(250))
+    facts(handler)
+    app = types.ModuleType("leaklab_memo_case")
+    # The memo first, and its path as short as the application's (module, cache dict, key
+    # tuple, function; module, dict, dict, list, function): breadth first, it would win.
+    app.MEMO = facts  # type: ignore[attr-defined]
+    app.APP = {"routes": {"predict": [handler]}}  # type: ignore[attr-defined]
+    sys.modules[app.__name__] = app
+    del handler
+    try:
+        doc = census()
+    finally:
+        del sys.modules[app.__name__]
+    name = "leaklab_memo_case.APP[…][…][…] → " + make_handler.__qualname__ + ".<locals>.handler → cell 'x'"
+    held = _holder(doc, name)
+    names = [h["holder"] for h in doc["holders"] if "memo" in h["holder"]]
+    assert held is not None, names
+    assert held["kind"] == "closure" and held["bytes"] == 1000 and held["tensors"] == 1
+
+
+def test_a_global_module_hook_is_named_by_torchs_hook_dict() -> None:
+    from torch.nn.modules import module as nn_module
+
+    def make_hook(x: torch.Tensor) -> Any:
+        def hook(mod: torch.nn.Module, inputs: Any, output: Any) -> None:
+            assert x.numel() == 300
+
+        return hook
+
+    handle = nn_module.register_module_forward_hook(make_hook(torch.zeros(300)))
+    try:
+        doc = census()
+    finally:
+        handle.remove()
+    name = f"torch.nn.modules.module._global_forward_hooks[…] → {make_hook.__qualname__}.<locals>.hook → cell 'x'"
+    held = _holder(doc, name)
+    assert held is not None, [h["holder"] for h in doc["holders"] if "hook" in h["holder"]]
+    assert held["kind"] == "closure" and held["bytes"] == 1200 and held["tensors"] == 1

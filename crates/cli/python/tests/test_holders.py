@@ -26,7 +26,10 @@ def _expected() -> dict[str, tuple[str, str]]:
     return {
         "history": ("leaky_service.HISTORY", "module global"),
         "state": ("leaky_service.app.state.responses", "module global"),
-        "closure": ("leaky_service.build_handler.<locals>.handle → cell 'outputs'", "closure"),
+        # A closure is named by where it is kept, then by its function.
+        "closure": ("leaky_service.HANDLE → build_handler.<locals>.handle → cell 'outputs'", "closure"),
+        # A hook by the module it is registered on (as state_dict names it).
+        "hook": ("leaky_service.app.state.model.2._forward_hooks[…] → make_hook.<locals>.hook → cell 'x'", "closure"),
         "class": ("leaky_service.Recorder.buffer", "class attribute"),
         "log": ("logging 'leaky_service.audit' MemoryHandler.buffer[…].args", "log records"),
         "thread": (f"thread 'batcher' batcher_loop (leaky_service.py:{line}) local 'pending'", "frame"),
