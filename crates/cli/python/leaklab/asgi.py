@@ -20,6 +20,8 @@ lifespan and websocket scope, to ``app`` untouched; on that path it does nothing
   up to ``snapshot_max_bytes`` and streamed from it; 409 where CUDA is not in use.
 - ``GET|POST|DELETE history``: the CUDA allocator's history ring, its state, start and stop
   (``max_entries`` up to ``history_max_entries``). One snapshot or history change at a time.
+- ``POST native`` (where the owner passed ``native_max_seconds``): memray's native allocation
+  trace over a window of ``seconds`` or ``requests`` (:mod:`leaklab.native`).
 - ``POST trim`` (where the owner passed ``allow_trim=True``): ``malloc_trim(0)``, ``gc.collect()``,
   ``malloc_trim(0)`` again, what each gave back measured apart (:func:`leaklab._process.trim`).
 
@@ -60,6 +62,8 @@ from leaklab._process import (
 )
 from leaklab.census import SCHEMA as CENSUS_SCHEMA
 from leaklab.census import CensusError, Totals, census
+from leaklab.native import SCHEMA as NATIVE_SCHEMA
+from leaklab.native import trace_for
 
 __all__ = [
     "CudaDevice",
@@ -195,6 +199,8 @@ class LeaklabDebug:
     - ``allow_trim``: serve ``POST trim`` (off): ``malloc_trim(0)``, a full ``gc.collect()``,
       ``malloc_trim(0)`` again, each measured apart, one at a time with the census, a step that
       would start after ``census_max_seconds`` skipped. It changes the process: opt in.
+    - ``native_max_seconds``: serve ``POST native`` (0: off), memray's native allocation trace
+      over a window up to this long (``?seconds=``, a ceiling; ``?requests=`` closes it sooner).
     """
 
     def __init__(
@@ -213,6 +219,7 @@ class LeaklabDebug:
         history_max_entries: int = 100_000,
         snapshot_max_bytes: int = 1 << 30,
         allow_trim: bool = False,
+        native_max_seconds: float = 0.0,
     ) -> None:
         if not prefix.startswith("/") or prefix.rstrip("/") == "":
             raise ValueError(f"prefix must be a path such as '/debug/leaklab', not {prefix!r}")
@@ -233,6 +240,8 @@ class LeaklabDebug:
         self._max_seconds, self._max_depth = float(census_max_seconds), int(census_max_depth)
         self._max_entries, self._max_bytes = int(history_max_entries), int(snapshot_max_bytes)
         self._allow_trim = bool(allow_trim)
+        _check_range("native_max_seconds", native_max_seconds, 0.0, _MAX_SECONDS)
+        self._native_max_seconds = float(native_max_seconds)  # 0: the native trace is off
         # Plain integers, counted on the event loop's thread: one increment each per request.
         self.started = self.answered = 0
         self._census_lock = threading.Lock()  # one census or trim at a time
@@ -247,6 +256,7 @@ class LeaklabDebug:
             "snapshot": {"GET": self._snapshot},
             "history": {"GET": self._history_state, "POST": self._history_start, "DELETE": self._history_stop},
             "trim": {"POST": self._trim},
+            "native": {"POST": self._native},
         }
         if record_memory_history:
             self._history = _start_history(record_memory_history)
@@ -365,6 +375,8 @@ class LeaklabDebug:
                 f"GET {p}/history": "the CUDA allocator history ring's state",
                 f"POST {p}/history": "start recording it; option max_entries",
                 f"DELETE {p}/history": "stop recording it",
+                f"POST {p}/native": f"a native allocation trace ({NATIVE_SCHEMA}); options seconds, requests, top; "
+                "opt-in: native_max_seconds",
                 f"POST {p}/trim": f"malloc_trim(0), gc.collect(), malloc_trim(0) ({TRIM_SCHEMA}); opt-in: allow_trim",
             },
         )
@@ -418,6 +430,29 @@ class LeaklabDebug:
             requests=Requests(started=self.started, answered=self.answered),
             collector=collector_state(),
             threads=threads_state(),
+        )
+        return 200, _json(doc), _JSON, []
+
+    async def _native(self, query: dict[str, str]) -> _Response:
+        if not self._native_max_seconds:
+            raise _Answer(
+                409,
+                "the native trace is off: it runs memray's tracer in this process for a window, so its owner "
+                "opts in with LeaklabDebug(app, native_max_seconds=30) (and pip install 'leaklab[native]')",
+            )
+        spec: dict[str, _Spec] = {
+            "seconds": (float, 0.0, self._native_max_seconds, True),
+            "requests": (int, 1, 1_000_000_000, False),
+            "top": (int, 0, 1000, False),
+        }
+        opts = _options(query, spec, ceilings=("seconds",))
+        seconds, top = float(opts.get("seconds", self._native_max_seconds)), int(opts.get("top", 10))
+        requests = int(opts["requests"]) if "requests" in opts else None
+        # The window counts the requests this agent answers; memray's own notes come back as 200s.
+        doc = await _in_thread(
+            lambda: trace_for(
+                seconds, max_seconds=self._native_max_seconds, requests=requests, counter=lambda: self.answered, top=top
+            )
         )
         return 200, _json(doc), _JSON, []
 
