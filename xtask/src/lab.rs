@@ -14,6 +14,11 @@ pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
     match words.as_slice() {
         ["incident", rest @ ..] => incident(torch, rest),
         ["check", "incident"] => learner_incident(torch, &["check"]),
+        // The Python exercises are scanned by the `leaklab` binary (lab/exercises/src/python.rs).
+        ["check", "5" | "6", ..] => {
+            build_leaklab(torch)?;
+            run_as_is(exercises(torch, "leaklab-exercises", args.iter().map(String::as_str)))
+        }
         _ => run_as_is(exercises(torch, "leaklab-exercises", args.iter().map(String::as_str))),
     }
 }
@@ -32,9 +37,7 @@ fn exercises<'a>(torch: &Torch, bin: &str, args: impl IntoIterator<Item = &'a st
 /// Picks (or resumes) the incident, builds `leaklab` for the learner's scans, serves the copy.
 fn incident(torch: &Torch, flags: &[&str]) -> Result<()> {
     process::run(exercises(torch, "leaklab-exercises", ["incident", "prepare"].into_iter().chain(flags.iter().copied())))?;
-    let mut build = torch.cargo();
-    build.args(["build", "--quiet", "--package", "leaklab", "--bin", "leaklab"]);
-    process::run(build)?;
+    build_leaklab(torch)?;
     learner_incident(torch, &[&["serve"], flags].concat())
 }
 
@@ -43,4 +46,11 @@ fn learner_incident(torch: &Torch, args: &[&str]) -> Result<()> {
         bail!("no incident in progress: `cargo xtask lab incident` starts one");
     }
     run_as_is(exercises(torch, "leaklab-incident", args.iter().copied()))
+}
+
+/// Builds `leaklab` for the learner's scans and the Python exercises' checks.
+fn build_leaklab(torch: &Torch) -> Result<()> {
+    let mut build = torch.cargo();
+    build.args(["build", "--quiet", "--package", "leaklab", "--bin", "leaklab"]);
+    process::run(build)
 }

@@ -1,4 +1,5 @@
-//! Workshop exercises: one leaky service per cause, plus the seed container with all three.
+//! Workshop exercises: one leaky service per cause, plus the seed container with all three, and
+//! two Python services drawn from the zoo (a per-shape native cache; grad mode across threads).
 //!
 //! The learner edits `src/exN_*.rs`; `cargo xtask lab check N` runs that code under the leak
 //! check and against the model's true outputs. The pristine copies in `original/` and the
@@ -18,6 +19,9 @@ pub mod ex1_graph;
 pub mod ex2_refs;
 pub mod ex3_cache;
 pub mod ex4_seed;
+
+/// Exercises 5 and 6: Python services drawn from the zoo, served and scanned from outside.
+pub mod python;
 
 /// The incident drill (its handlers name this crate as `leaklab_exercises`, wherever they are compiled).
 pub mod drill;
@@ -45,13 +49,25 @@ pub struct Info {
     pub name: &'static str,
     pub file: &'static str,
     pub symptom: &'static str,
+    pub kind: Kind,
 }
 
-pub const EXERCISES: [Info; 4] = [
-    Info { number: 1, name: "graph", file: "ex1_graph.rs", symptom: "memory climbs by a forward pass's activations on every request" },
-    Info { number: 2, name: "refs", file: "ex2_refs.rs", symptom: "memory climbs by one output per request" },
-    Info { number: 3, name: "cache", file: "ex3_cache.rs", symptom: "memory climbs by one output per new input, forever" },
-    Info { number: 4, name: "seed", file: "ex4_seed.rs", symptom: "the container of the story: all three at once" },
+/// What an exercise is written in, and so how it is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A service in `src/`, checked in-process by the exact allocator (`check`).
+    Rust,
+    /// A FastAPI service in `python/`, served and scanned from outside (`python::check`).
+    Python,
+}
+
+pub const EXERCISES: [Info; 6] = [
+    Info { number: 1, name: "graph", file: "ex1_graph.rs", symptom: "memory climbs by a forward pass's activations on every request", kind: Kind::Rust },
+    Info { number: 2, name: "refs", file: "ex2_refs.rs", symptom: "memory climbs by one output per request", kind: Kind::Rust },
+    Info { number: 3, name: "cache", file: "ex3_cache.rs", symptom: "memory climbs by one output per new input, forever", kind: Kind::Rust },
+    Info { number: 4, name: "seed", file: "ex4_seed.rs", symptom: "the container of the story: all three at once", kind: Kind::Rust },
+    Info { number: 5, name: "shapes", file: "ex5_shapes.py", symptom: "a conv service's memory climbs with every new image size; no Python object holds it", kind: Kind::Python },
+    Info { number: 6, name: "threads", file: "ex6_threads.py", symptom: "memory climbs on every request though the model runs under no_grad()", kind: Kind::Python },
 ];
 
 pub fn info(n: usize) -> anyhow::Result<&'static Info> {
@@ -71,7 +87,9 @@ pub enum Version {
 
 /// Exercise `n` in the given version.
 pub fn service(n: usize, version: Version) -> anyhow::Result<Box<dyn Exercise>> {
-    info(n)?;
+    if info(n)?.kind == Kind::Python {
+        anyhow::bail!("exercise {n} is a Python service: `python::check` runs it");
+    }
     Ok(match (version, n) {
         (Version::Learner, 1) => Box::new(ex1_graph::Service::new()),
         (Version::Learner, 2) => Box::new(ex2_refs::Service::new()),
@@ -200,6 +218,10 @@ pub fn memory_finding(report: &leaklab_detect::LeakReport) -> (bool, String) {
 /// Restores exercise `n` to its starting state (from lab/exercises/original/).
 pub fn reset(n: usize) -> anyhow::Result<()> {
     let info = info(n)?;
+    if info.kind == Kind::Python {
+        std::fs::copy(python::file(info, Version::Original), python::file(info, Version::Learner))?;
+        return Ok(());
+    }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::copy(root.join("original").join(info.file), root.join("src").join(info.file))?;
     Ok(())

@@ -5,10 +5,10 @@
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use leaklab_exercises::drill::{self, serve};
-use leaklab_exercises::Version;
+use leaklab_exercises::{Kind, Version};
 
 #[derive(Parser)]
-#[command(name = "leaklab-exercises", about = "The workshop: exercises 1 to 4 and the incident drill")]
+#[command(name = "leaklab-exercises", about = "The workshop: exercises 1 to 6 and the incident drill")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -18,7 +18,7 @@ struct Cli {
 enum Command {
     /// The exercises and the drill.
     List,
-    /// Runs an exercise (1 to 4) under the leak check and against the true outputs; `incident`
+    /// Runs an exercise (1 to 6) under the leak check and against the true outputs; `incident`
     /// with --solution runs the drill's reference fix (the learner's copy: `leaklab-incident check`).
     Check {
         which: Which,
@@ -62,9 +62,11 @@ fn main() -> Result<()> {
     match Cli::parse().command.unwrap_or(Command::List) {
         Command::List => {
             for e in &leaklab_exercises::EXERCISES {
-                println!("{}  {:<6} lab/exercises/src/{:<13} {}", e.number, e.name, e.file, e.symptom);
+                let folder = if e.kind == Kind::Python { "python" } else { "src" };
+                let path = format!("lab/exercises/{folder}/{}", e.file);
+                println!("{}  {:<7} {path:<36} {}", e.number, e.name, e.symptom);
             }
-            println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the four)");
+            println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the six)");
             println!("\nFix one, then `cargo xtask lab check N`; `cargo xtask lab reset N` starts it over. Hints: lab/README.md");
         }
         Command::Check { which: Which::Incident, solution } => {
@@ -77,8 +79,13 @@ fn main() -> Result<()> {
             std::process::exit(i32::from(!outcome.passed));
         }
         Command::Check { which: Which::Exercise(n), solution } => {
-            leaklab_probe::cpu::install()?;
             let version = if solution { Version::Solution } else { Version::Learner };
+            if leaklab_exercises::info(n)?.kind == Kind::Python {
+                let outcome = leaklab_exercises::python::check(n, version)?;
+                print!("{}", outcome.text);
+                std::process::exit(i32::from(!outcome.passed));
+            }
+            leaklab_probe::cpu::install()?;
             let mut service = leaklab_exercises::service(n, version)?;
             let outcome = leaklab_exercises::check(n, service.as_mut())?;
             print!("{}", outcome.text);
