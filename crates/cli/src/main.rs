@@ -3,17 +3,16 @@
 //! its JSON), writes its files and exits with its answer (0 as expected / pass, 1 a problem
 //! found, 2 could not judge or bad usage).
 //!
-//! - `leaklab run-lab`: every variant run as a `leaklab-service` process, judged, written up.
-//! - `leaklab soak`, `leaklab bench`: sustained load, and the HTTP side of the benchmarks.
 //! - `leaklab snapshot explain|diff|trim`: which lines hold the memory, from PyTorch's snapshot
 //!   pickles; a small copy of a large one that PyTorch's memory_viz opens.
 //! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service;
 //!   `leaklab scan --prometheus URL --query Q`: the same for every pod of a fleet, from Prometheus.
+//! - `leaklab judge`: the verdict on series measured elsewhere (the pytest plugin's).
+//!
+//! The lab's own commands (run-lab, soak, bench) are the `leaklab-lab` binary (crates/runner).
 
 use clap::{Args, Parser, Subcommand};
 use leaklab_report::{finish, Output};
-use leaklab_runner::commands::{self, BenchCommand, LabCommand, SoakCommand};
-use leaklab_vocab::{Scale, Variant};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,8 +29,15 @@ enum Command {
     ///
     /// Drives load at the URL, samples the service's memory after every answer (its process,
     /// its cgroup, its GPU, its own gauges) and judges leak, plateau or flat: how fast, which
-    /// memory, and when it runs out at the production rate. With --prometheus, judges every
-    /// pod's memory series over a range instead. Exit 0 pass, 1 fail, 2 cannot judge.
+    /// memory, and when it runs out. With --prometheus, judges every pod's memory series over a
+    /// range instead. Exit 0 pass, 1 fail, 2 cannot judge.
+    ///
+    /// What fails: a leak the scan proves, unless a budget says it lasts. Without --rate there
+    /// is no budget: any proven leak fails, and the time to OOM is at the rate the scan drove.
+    /// With --rate (the production rate, or --budget seed), a leak fails when it runs out of its
+    /// capacity within --fail-if-oom-within at that rate. A fleet's series run at production's
+    /// own rate, so its budget is its capacity and --fail-if-oom-within. A series with no
+    /// capacity known has no budget.
     #[command(after_help = SCAN_EXAMPLES)]
     Scan(Box<ScanArgs>),
     /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
@@ -41,17 +47,11 @@ enum Command {
     /// uses: a JSON document of samples and censuses in, the outcome and who holds it out.
     /// Exit 0 pass, 1 fail, 2 cannot judge.
     Judge(JudgeArgs),
-    /// The lab: run every variant of its service under load, judge it and write the report
-    /// (needs `leaklab-service`, built by `cargo xtask run-lab` from a clone).
-    RunLab(RunLabArgs),
-    /// The lab: sustained load against the fixed variants and the baseline.
-    Soak(SoakArgs),
-    /// The lab: the HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
-    Bench(BenchArgs),
 }
 
 const SCAN_EXAMPLES: &str = "Examples:
-  leaklab scan http://127.0.0.1:8000/predict --body request.json --header 'content-type: application/json' --pid 4242
+  leaklab scan http://127.0.0.1:8000/predict --body request.json --pid 4242
+  leaklab scan http://127.0.0.1:8000/predict --body request.json --pid 4242 --capacity 2GiB --rate 10 --fail-if-oom-within 7d
   leaklab scan https://infer.internal/v1/infer --body req.json --ca-cert ca.pem --bearer-token-file token --metrics https://infer.internal/metrics --series process_resident_memory_bytes
   leaklab scan --prometheus https://prometheus:9090 --basic-auth ops:/run/secrets/prom --query DCGM_FI_DEV_FB_USED --unit MiB --capacity-query 'DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE'";
 
@@ -202,12 +202,15 @@ struct ScanArgs {
     /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long, help_heading = "Budget")]
     capacity: Option<bytesize::ByteSize>,
-    /// Requests per second in production (default: the reference scenario's one every 32 s).
-    #[arg(long, default_value_t = 1.0 / 32.0, help_heading = "Budget")]
-    rate: f64,
-    /// Fail when memory runs out sooner than this at --rate, e.g. 7d.
-    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration, help_heading = "Budget")]
-    fail_if_oom_within: std::time::Duration,
+    /// Requests per second in production, e.g. 10: the budget's rate (without it, no budget).
+    #[arg(long, value_parser = positive_rate, conflicts_with_all = ["budget", "prometheus"], help_heading = "Budget")]
+    rate: Option<f64>,
+    /// A named budget instead of --rate: `seed`, the lab's reference scenario (one request every 32 s, 7 days).
+    #[arg(long, value_name = "NAME", conflicts_with = "prometheus", help_heading = "Budget")]
+    budget: Option<leaklab_scan::verdict::Named>,
+    /// Fail when memory runs out sooner than this at the budget's rate, e.g. 3d (default 7d).
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Budget")]
+    fail_if_oom_within: Option<std::time::Duration>,
     /// Report folder (report.html, report.md, report.json, plots).
     #[arg(long, default_value = "target/leaklab/scan", help_heading = "Report")]
     out: PathBuf,
@@ -334,7 +337,7 @@ fn scan(a: ScanArgs) -> ExitCode {
             capacity: a.capacity.map(|c| c.as_u64()),
             rate_query: f.rate_query,
             life_warmup: f.life_warmup,
-            fail_if_oom_within: a.fail_if_oom_within,
+            fail_if_oom_within: a.fail_if_oom_within.unwrap_or(leaklab_scan::command::DEFAULT_WITHIN),
             // Prometheus's range queries over a fleet take longer than a request to a service.
             http: a.http.options(a.timeout.max(std::time::Duration::from_secs(60))),
             top: f.top,
@@ -364,6 +367,7 @@ fn scan(a: ScanArgs) -> ExitCode {
         agent: a.agent,
         capacity: a.capacity.map(|c| c.as_u64()),
         rate: a.rate,
+        budget: a.budget,
         fail_if_oom_within: a.fail_if_oom_within,
         quiet: a.json,
     };
@@ -403,132 +407,10 @@ struct JudgeArgs {
     json: bool,
 }
 
-/// Where the lab's service binary is (default: beside this one, or $LEAKLAB_SERVICE).
-#[derive(Args)]
-struct ServiceArg {
-    #[arg(long = "service")]
-    path: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct RunLabArgs {
-    /// Variants to run (repeat the flag); all eight when absent.
-    #[arg(long = "variant")]
-    variants: Vec<Variant>,
-    /// Measured requests per variant (default: 200, or 30 at the seed scale).
-    #[arg(long)]
-    requests: Option<usize>,
-    /// Warm-up requests per variant, not judged (default: 20, or 5 at the seed scale).
-    #[arg(long)]
-    warmup: Option<usize>,
-    #[arg(long, default_value_t = 2)]
-    concurrency: usize,
-    /// default (CPU-sized) or seed (the reference scenario).
-    #[arg(long, default_value = "default")]
-    scale: Scale,
-    /// cpu, cuda, or auto (CUDA when a device is visible).
-    #[arg(long, default_value = "auto")]
-    device: leaklab_vocab::DeviceRequest,
-    /// Report folder.
-    #[arg(long, default_value = "target/leaklab")]
-    out: PathBuf,
-    /// Print the report as JSON and nothing else.
-    #[arg(long)]
-    json: bool,
-    /// Alloc/free events each service records for its memory_viz snapshot.
-    #[arg(long, default_value_t = 20_000)]
-    memory_history: usize,
-    #[command(flatten)]
-    service: ServiceArg,
-}
-
-#[derive(Args)]
-struct SoakArgs {
-    /// The CI-sized run: 600 requests per variant at concurrency 8.
-    #[arg(long)]
-    short: bool,
-    /// Requests per variant (default 100000, or 600 with --short).
-    #[arg(long)]
-    requests: Option<usize>,
-    /// Concurrent clients (default 16, or 8 with --short).
-    #[arg(long)]
-    concurrency: Option<usize>,
-    /// Variants (repeat); the fixed ones and baseline when absent.
-    #[arg(long = "variant")]
-    variants: Vec<Variant>,
-    #[arg(long, default_value = "target/leaklab/soak")]
-    out: PathBuf,
-    /// Print the results as JSON and nothing else.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    service: ServiceArg,
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    /// Requests for each throughput run (Rust, then Python).
-    #[arg(long, default_value_t = 2000)]
-    requests: usize,
-    /// Requests for each leak cross-check run.
-    #[arg(long, default_value_t = 150)]
-    leak_requests: usize,
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Torch threads, the same for both services and for the criterion groups' raw forward.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
-    #[arg(long)]
-    python: Option<PathBuf>,
-    #[arg(long, default_value = "lab/python/twin_service.py")]
-    script: PathBuf,
-    #[arg(long, default_value = "target/criterion")]
-    criterion_dir: PathBuf,
-    #[arg(long, default_value = "docs/benchmarks.md")]
-    out: PathBuf,
-    #[command(flatten)]
-    service: ServiceArg,
-}
-
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Scan(a) => scan(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
         Command::Judge(a) => finish("judge", leaklab_scan::judge::judge_file(&a.input), &Output::stdout(a.json)),
-        Command::RunLab(a) => {
-            let output = Output::folder(&a.out, a.json);
-            let lab = LabCommand {
-                service: a.service.path,
-                variants: a.variants,
-                requests: a.requests,
-                warmup: a.warmup,
-                concurrency: a.concurrency,
-                scale: a.scale,
-                device: a.device,
-                quiet: a.json,
-                memory_history: a.memory_history,
-            };
-            finish("run-lab", commands::run_lab(lab), &output)
-        }
-        Command::Soak(a) => {
-            let output = Output { json: a.json, markdown: Some(a.out.join("soak.md")) };
-            let soak = SoakCommand { service: a.service.path, short: a.short, requests: a.requests, concurrency: a.concurrency, variants: a.variants, quiet: a.json };
-            finish("soak", commands::soak(soak), &output)
-        }
-        Command::Bench(a) => {
-            let output = Output { json: false, markdown: Some(a.out) };
-            let bench = BenchCommand {
-                service: a.service.path,
-                requests: a.requests,
-                leak_requests: a.leak_requests,
-                concurrency: a.concurrency,
-                threads: a.threads,
-                python: a.python,
-                script: a.script,
-                criterion_dir: a.criterion_dir,
-            };
-            finish("bench", commands::bench(bench), &output)
-        }
     }
 }

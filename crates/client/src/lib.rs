@@ -8,10 +8,15 @@
 //! binary stays portable). Secrets come from files, as Prometheus's own `bearer_token_file` and
 //! `password_file` do, never from the command line where `ps` shows them.
 //!
-//! Failures are said as a user acts on them: an untrusted certificate names `--ca-cert`, a
-//! 401 names the credential flags ([`Error`], [`refused`]).
+//! Failures are said as a user acts on them: an untrusted certificate names `--ca-cert`, one
+//! that does not name the host says which names it holds (or that it has no subjectAltName), a
+//! 401 names the credential flags ([`Error`], [`refused`]). A certificate that is exactly one
+//! of `--ca-cert`'s is trusted as itself, as openssl's `req -x509` makes them ([`tls`]).
+
+mod tls;
 
 use base64::prelude::{Engine, BASE64_STANDARD};
+use rustls::pki_types::{pem::PemObject, CertificateDer};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -115,13 +120,12 @@ impl ClientOptions {
         }
         if let Some(path) = &self.ca_cert {
             let pem = std::fs::read(path).map_err(|source| Error::Read { what: "the CA certificate", path: path.clone(), source })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| Error::BadCa { path: path.clone(), detail: e.to_string() })?;
+            let bad = |detail: String| Error::BadCa { path: path.clone(), detail };
+            let certs = CertificateDer::pem_slice_iter(&pem).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| bad(e.to_string()))?;
             if certs.is_empty() {
-                return Err(Error::BadCa { path: path.clone(), detail: "no BEGIN CERTIFICATE block".into() });
+                return Err(bad("no BEGIN CERTIFICATE block".into()));
             }
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
+            builder = builder.use_preconfigured_tls(tls::config(certs).map_err(bad)?);
         }
         builder.build().map_err(Error::Build)
     }
@@ -138,7 +142,9 @@ pub fn describe(error: &reqwest::Error) -> String {
         source = s.source();
     }
     let lower = chain.to_ascii_lowercase();
-    if lower.contains("certificate") {
+    if let Some(advice) = tls::rustls_error(error).and_then(tls::advice) {
+        format!("{advice} ({chain})")
+    } else if lower.contains("certificate") {
         format!("the server's TLS certificate is not trusted ({chain}); give the CA that signed it with --ca-cert FILE (PEM), and check the URL's host name is one the certificate names")
     } else if lower.contains("corrupt message") || lower.contains("invalidcontenttype") || lower.contains("wrong version number") {
         format!("the TLS handshake failed ({chain}): is this port plain HTTP? use http:// for it")

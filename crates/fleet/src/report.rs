@@ -67,11 +67,25 @@ impl FleetReport {
         out.join("\n")
     }
 
+    /// Which groups fail: those that run out within the budget, and (the rule without a budget)
+    /// those that leak with no capacity known.
+    fn failing_words(&self) -> String {
+        let failing = |known: bool| self.pods.iter().filter(|p| p.ops.is_some_and(Ops::fails) && p.capacity_bytes.is_some() == known).count();
+        let mut words = Vec::new();
+        if failing(true) > 0 {
+            words.push(format!("{} group(s) run out within {}", failing(true), human_duration(self.budget.seconds)));
+        }
+        if failing(false) > 0 {
+            words.push(format!("{} group(s) leak with no capacity known (no budget: any growth proven is a leak)", failing(false)));
+        }
+        words.join("; ")
+    }
+
     pub fn summary(&self) -> String {
         let count = |f: &dyn Fn(&PodResult) -> bool| self.pods.iter().filter(|p| f(p)).count();
         let verdict = |v: leaklab_detect::Verdict| move |p: &PodResult| !p.gone && p.verdict() == Some(v);
         let outcome = match self.outcome {
-            Outcome::Fail => format!("FAIL: {} group(s) run out within {}", count(&|p| p.ops.is_some_and(Ops::fails)), human_duration(self.budget.seconds)),
+            Outcome::Fail => format!("FAIL: {}", self.failing_words()),
             Outcome::Pass => format!("PASS: nothing runs out within {}", human_duration(self.budget.seconds)),
             Outcome::CannotJudge => "CANNOT JUDGE: no series had enough samples".into(),
         };
@@ -120,7 +134,7 @@ impl Report for FleetReport {
         let verdict = |v: leaklab_detect::Verdict| move |p: &PodResult| !p.gone && p.verdict() == Some(v);
         let failing = count(&|p| p.ops.is_some_and(Ops::fails));
         let headline = match self.outcome {
-            Outcome::Fail => format!("{failing} of {} groups run out of memory within {}.", self.pods.len(), human_duration(self.budget.seconds)),
+            Outcome::Fail => format!("{failing} of {} groups fail: {}.", self.pods.len(), self.failing_words()),
             Outcome::Pass => format!("No group runs out of memory within {}.", human_duration(self.budget.seconds)),
             Outcome::CannotJudge => "No series had enough samples to judge.".into(),
         };

@@ -12,6 +12,7 @@
 //! is above the budget (zero without one): a growth proven, not a growth suspected.
 
 use crate::agent::{self, Census, CensusDiff};
+use leaklab_detect::budget::proven;
 use leaklab_detect::{judge, judge_noisy, DetectorConfig, NoisyConfig, Sample, Slope, Verdict};
 use leaklab_report::{human_bytes, Report};
 use serde::{Deserialize, Serialize};
@@ -114,7 +115,8 @@ fn one(series: &SeriesIn, warmup: u64, budget: Option<f64>) -> SeriesOut {
     let (name, kind, counts, samples) = (series.name.clone(), series.kind, series.counts.clone(), judged.len());
     match found {
         Ok((verdict, slope, noise)) => {
-            let fails = verdict == Verdict::Leak && limit.is_some_and(|l| slope.low > l);
+            // The rule every tool applies (`leaklab_detect::budget`): a proven leak fails.
+            let fails = limit.is_some_and(|l| proven(verdict, &slope, l));
             SeriesOut { name, kind, counts, samples, verdict: Some(verdict), fails, slope: Some(slope), noise_bytes: Some(noise), why_not_judged: None }
         }
         Err(e) => SeriesOut { name, kind, counts, samples, verdict: None, slope: None, noise_bytes: None, fails: false, why_not_judged: Some(e.to_string()) },

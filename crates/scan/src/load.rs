@@ -34,6 +34,14 @@ pub fn read_bodies(sources: &[String]) -> Result<Vec<Vec<u8>>> {
     Ok(bodies)
 }
 
+/// The content type to send where no `--header` names one: `application/json` when every body
+/// is JSON, none otherwise (a service reads other bodies by what it expects).
+pub fn content_type(bodies: &[Vec<u8>], headers: &[(String, String)]) -> Option<&'static str> {
+    let named = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+    let json = !bodies.is_empty() && bodies.iter().all(|b| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok());
+    (json && !named).then_some("application/json")
+}
+
 /// Body `index` of the cycle, varied when `vary` holds a seed: every JSON number is multiplied
 /// by a factor within ±0.1 % drawn from the seed and the index (integers stay integers).
 pub fn body(bodies: &[Vec<u8>], index: u64, vary: Option<u64>) -> Result<Vec<u8>> {
@@ -79,5 +87,14 @@ mod tests {
         assert_eq!(v["name"], "x");
         assert_eq!(body(&bodies, 1, None).unwrap(), bodies[0]);
         assert!(body(&[b"not json".to_vec()], 0, Some(1)).unwrap_err().to_string().contains("--vary needs JSON"));
+    }
+
+    #[test]
+    fn json_bodies_go_as_json_unless_a_header_says_otherwise() {
+        let json = vec![br#"{"inputs": [[0.1]]}"#.to_vec()];
+        assert_eq!(content_type(&json, &[]), Some("application/json"));
+        assert_eq!(content_type(&json, &[("Content-Type".into(), "application/x-ndjson".into())]), None);
+        assert_eq!(content_type(&[b"a,b\n1,2".to_vec()], &[]), None);
+        assert_eq!(content_type(&[], &[]), None);
     }
 }

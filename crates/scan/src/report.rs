@@ -30,7 +30,7 @@ fn row(s: &SeriesResult) -> Vec<Cell> {
 const HEADER: [&str; 7] = ["series", "verdict", "bytes/request", "noise", "floor now", "time to OOM", "result"];
 
 /// How each series is judged, said under its table and its charts.
-const METHOD: &str = "Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself; the time to OOM is at the budget's request rate, from the floor now to the series' capacity.";
+const METHOD: &str = "Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself (at least 65.54 kB for host memory, which moves in allocator steps); the time to OOM is at the budget's request rate (without a budget, at the rate the scan drove), from the floor now to the series' capacity.";
 
 impl ScanReport {
     fn series_table(&self) -> Table {
@@ -54,15 +54,21 @@ impl ScanReport {
 
     /// "PASS: nothing runs out within the budget" and its words apart.
     fn outcome_words(&self) -> (&'static str, &'static str) {
-        match self.outcome {
-            Outcome::Pass => ("PASS", "nothing runs out within the budget"),
-            Outcome::Fail => ("FAIL", "memory runs out within the budget"),
-            Outcome::CannotJudge => ("CANNOT JUDGE", "too little to go on"),
+        match (self.outcome, self.budget) {
+            (Outcome::Pass, Some(_)) => ("PASS", "nothing runs out within the budget"),
+            (Outcome::Pass, None) => ("PASS", "no leak proven"),
+            (Outcome::Fail, Some(_)) => ("FAIL", "memory runs out within the budget"),
+            (Outcome::Fail, None) => ("FAIL", "a leak is proven"),
+            (Outcome::CannotJudge, _) => ("CANNOT JUDGE", "too little to go on"),
         }
     }
 
+    /// The budget, or the rule without one (the pytest plugin's words) and the rate of the times.
     fn budget_words(&self) -> String {
-        format!("{} at {:.3} requests/s", duration(self.budget.seconds), self.budget.steps_per_second)
+        match self.budget {
+            Some(b) => format!("{} at {:.3} requests/s", duration(b.seconds), b.steps_per_second),
+            None => format!("no budget: any growth proven is a leak; times to OOM at the {:.1} requests/s measured, --rate sets a budget", self.requests_per_second_measured),
+        }
     }
 
     /// The requests and which were judged: the warm-up, and those between the looks inside, are not.
@@ -74,7 +80,7 @@ impl ScanReport {
     }
 
     fn evidence(&self) -> String {
-        format!("{} in {:.1} s, {} errors; each series judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself.", self.requests_words(), self.seconds, self.errors)
+        format!("{} in {:.1} s, {} errors; each series judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself ({} at least for host memory, which moves in allocator steps).", self.requests_words(), self.seconds, self.errors, human_bytes(crate::HOST_NOISE_FLOOR))
     }
 
     /// The verdict with its evidence, as hyperfine states what it measured.
@@ -136,12 +142,16 @@ impl ScanReport {
         }
         figures.push(("budget".into(), self.budget_words()));
         figures.push(("requests".into(), format!("{}, {} errors", self.requests_words(), self.errors)));
-        let headline = match (self.outcome, self.deciding()) {
-            (Outcome::Fail, Some(s)) => match (s.seconds_to_oom, s.capacity_bytes) {
+        let headline = match (self.outcome, self.deciding(), self.budget) {
+            (Outcome::Fail, Some(s), Some(_)) => match (s.seconds_to_oom, s.capacity_bytes) {
                 (Some(t), Some(c)) => format!("{} runs out in {} (of {}), within the budget of {}.", s.series, duration(t), human_bytes(c as f64), self.budget_words()),
                 _ => format!("{} runs out within the budget of {}.", s.series, self.budget_words()),
             },
-            (Outcome::Pass, _) => format!("Nothing runs out within the budget of {}.", self.budget_words()),
+            (Outcome::Fail, Some(s), None) => match (s.seconds_to_oom, s.capacity_bytes) {
+                (Some(t), Some(c)) => format!("{} leaks: it runs out in {} (of {}) at the {:.1} requests/s measured; no budget, so any growth proven is a leak.", s.series, duration(t), human_bytes(c as f64), self.requests_per_second_measured),
+                _ => format!("{} leaks; no budget, so any growth proven is a leak.", s.series),
+            },
+            (Outcome::Pass, _, Some(_)) => format!("Nothing runs out within the budget of {}.", self.budget_words()),
             _ => format!("{}{}.", &words[..1].to_uppercase(), &words[1..]),
         };
         Summary { tone: self.outcome.into(), answer: answer.into(), headline, figures, text: vec![self.diagnosis.clone()] }
@@ -198,7 +208,10 @@ impl Report for ScanReport {
             ("requests".into(), self.requests_words()),
             ("time".into(), format!("{:.1} s, {:.1} requests/s", self.seconds, self.requests_per_second_measured)),
             ("errors".into(), errors.join(", ")),
-            ("budget".into(), format!("fail when memory runs out within {}", self.budget_words())),
+            ("budget".into(), match self.budget {
+                Some(_) => format!("fail when memory runs out within {}", self.budget_words()),
+                None => self.budget_words(),
+            }),
             ("method".into(), METHOD.into()),
         ])))
     }

@@ -188,6 +188,12 @@ pub fn pick(text: &str, selector: &str) -> Result<f64> {
     };
     let wanted: Vec<(&str, &str)> = labels.split(',').filter(|l| !l.trim().is_empty()).filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim(), v.trim().trim_matches('"'))).collect();
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).map_err(|e| anyhow!("the metrics endpoint did not answer in the Prometheus text format: {e}"))?;
+    // The parser skips lines it cannot read: an answer with no sample at all (JSON, a page) is
+    // not an exposition, whatever series is asked for.
+    if scrape.samples.is_empty() {
+        let start: String = text.trim().chars().take(80).collect();
+        bail!("the metrics endpoint did not answer in the Prometheus text format: no `name value` sample in its answer (it starts `{start}`)");
+    }
     let mut found = None;
     for sample in scrape.samples.iter().filter(|s| s.metric == name && wanted.iter().all(|(k, v)| s.labels.get(k) == Some(*v))) {
         let value = match sample.value {
@@ -223,6 +229,7 @@ mod tests {
         assert_eq!(pick(text, "mem{gpu=\"1\"}").unwrap(), 20.0);
         assert!(pick(text, "nope").unwrap_err().to_string().contains("process_resident_memory_bytes"));
         assert!(pick("mem NaN\n", "mem").unwrap_err().to_string().contains("not a number"));
+        assert!(pick("{\"cpu\": {\"live_bytes\": 3}}\n", "x").unwrap_err().to_string().contains("did not answer in the Prometheus text format"));
         assert_eq!(kind_of("torch_cuda_memory_allocated_bytes"), Kind::TorchAllocated);
         assert_eq!(kind_of("torch_cuda_memory_reserved_bytes"), Kind::TorchReserved);
         // leaklab's exact gauge counts live CPU tensors: the drill's "tensors are kept alive".

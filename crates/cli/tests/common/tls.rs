@@ -1,6 +1,6 @@
 //! Certificates for tests of TLS endpoints on loopback: a CA of the test's own, a server
 //! certificate it signed for 127.0.0.1 and localhost, and a second, unrelated CA (the wrong
-//! one a user might give).
+//! one a user might give); and the self-signed one Prometheus's TLS guide makes with openssl.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use std::path::{Path, PathBuf};
@@ -37,4 +37,14 @@ pub fn make(dir: &Path) -> Certs {
     std::fs::write(&certs.cert, cert.pem()).unwrap();
     std::fs::write(&certs.key, key.serialize_pem()).unwrap();
     certs
+}
+
+/// The certificate and key of Prometheus's TLS guide, made by its command as written
+/// (`openssl req -x509 -newkey rsa:4096 -nodes …`), non-interactive: the subject and the
+/// subjectAltName on the command line. openssl marks it `CA:TRUE`.
+pub fn openssl_guide(dir: &Path) -> (PathBuf, PathBuf) {
+    let args = ["req", "-x509", "-newkey", "rsa:4096", "-nodes", "-keyout", "key.pem", "-out", "cert.pem", "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"];
+    let out = std::process::Command::new("openssl").current_dir(dir).args(args).output().expect("openssl is installed (apt-get install openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (dir.join("cert.pem"), dir.join("key.pem"))
 }
