@@ -9,7 +9,9 @@ use std::env;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let lib = PathBuf::from(env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"));
+    let lib = PathBuf::from(
+        env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"),
+    );
     let include = lib.join("../include");
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=LEAKLAB_PROBE_NO_CUDA");
@@ -28,7 +30,8 @@ fn main() {
         .flag_if_supported("-Wno-unused-parameter")
         .file("csrc/cpu.cpp");
 
-    let cuda = env::var_os("LEAKLAB_PROBE_NO_CUDA").is_none() && lib.join("libc10_cuda.so").exists();
+    let cuda =
+        env::var_os("LEAKLAB_PROBE_NO_CUDA").is_none() && lib.join("libc10_cuda.so").exists();
     match cuda.then(|| cuda_includes(&lib)).flatten() {
         Some(dirs) => {
             build.includes(dirs).file("csrc/cuda.cpp");
@@ -57,10 +60,14 @@ fn cuda_includes(lib: &Path) -> Option<Vec<PathBuf>> {
     let mut dirs = vec![runtime.clone()];
     if !runtime.join("crt/host_config.h").exists() {
         // The runtime wheel lacks crt/; triton (a torch dependency) and nvidia-cuda-nvcc carry it.
-        let crt = ["triton/backends/nvidia/include", "nvidia/cu13/nvcc/include", "nvidia/cuda_nvcc/include"]
-            .iter()
-            .map(|p| site.join(p))
-            .find(|p| p.join("crt/host_config.h").exists())?;
+        let crt = [
+            "triton/backends/nvidia/include",
+            "nvidia/cu13/nvcc/include",
+            "nvidia/cuda_nvcc/include",
+        ]
+        .iter()
+        .map(|p| site.join(p))
+        .find(|p| p.join("crt/host_config.h").exists())?;
         dirs.push(crt);
     }
     Some(dirs)

@@ -10,9 +10,13 @@ mod render;
 fn main() {
     println!("cargo:rerun-if-changed=incidents/handler.rs");
     println!("cargo:rerun-if-changed=src/drill/render.rs");
-    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("incidents");
+    let out = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("incidents");
     std::fs::create_dir_all(&out).expect("OUT_DIR is writable");
-    let mut handlers: Vec<(String, Option<&str>)> = render::tagged_incidents(render::TEMPLATE).into_iter().map(|name| (render::module_name(name), Some(name))).collect();
+    let mut handlers: Vec<(String, Option<&str>)> = render::tagged_incidents(render::TEMPLATE)
+        .into_iter()
+        .map(|name| (render::module_name(name), Some(name)))
+        .collect();
     handlers.push(("fixed".into(), None));
     for (file, incident) in handlers {
         let text = render::included_text(&render::render(render::TEMPLATE, incident));

@@ -11,7 +11,10 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { total: 0.0, count: 0 }
+        Service {
+            total: 0.0,
+            count: 0,
+        }
     }
 }
 

@@ -11,7 +11,9 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { history: VecDeque::with_capacity(1024) }
+        Service {
+            history: VecDeque::with_capacity(1024),
+        }
     }
 }
 
@@ -19,7 +21,12 @@ impl Exercise for Service {
     fn handle(&mut self, model: &Mlp, x: &Tensor) -> Vec<f32> {
         let y = leaklab_probe::inference_mode(|| model.forward(x));
         // Detach, move to the CPU, reduce to an f64: no handle on the output survives.
-        let peak = y.detach().to_device(Device::Cpu).abs().max().double_value(&[]);
+        let peak = y
+            .detach()
+            .to_device(Device::Cpu)
+            .abs()
+            .max()
+            .double_value(&[]);
         if self.history.len() == 1024 {
             self.history.pop_front();
         }

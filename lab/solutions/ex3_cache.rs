@@ -14,7 +14,10 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { results: LruCache::unbounded(), bytes: 0 }
+        Service {
+            results: LruCache::unbounded(),
+            bytes: 0,
+        }
     }
 }
 

@@ -18,7 +18,13 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { total: 0.0, count: 0, history: VecDeque::with_capacity(1024), results: LruCache::unbounded(), bytes: 0 }
+        Service {
+            total: 0.0,
+            count: 0,
+            history: VecDeque::with_capacity(1024),
+            results: LruCache::unbounded(),
+            bytes: 0,
+        }
     }
 }
 
@@ -49,7 +55,13 @@ impl Exercise for Service {
         if self.history.len() == 1024 {
             self.history.pop_front();
         }
-        self.history.push_back(y.detach().to_device(Device::Cpu).abs().max().double_value(&[]));
+        self.history.push_back(
+            y.detach()
+                .to_device(Device::Cpu)
+                .abs()
+                .max()
+                .double_value(&[]),
+        );
         Vec::<f32>::try_from(y.flatten(0, -1)).expect("f32 output")
     }
 

@@ -20,7 +20,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _zoo import VARIANTS, Entry, serve, to_json  # noqa: E402
+from _zoo import VARIANTS, Entry, serve, to_json
 
 
 def causes() -> dict[str, Any]:
@@ -34,7 +34,9 @@ def causes() -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("cause", nargs="?")
     parser.add_argument("--variant", choices=VARIANTS, default="leaky")
     parser.add_argument("--port", type=int, default=0)

@@ -1,6 +1,7 @@
 //! Debian packages the tests need (Prometheus's server and promtool; chromium, which opens the
 //! report pages headless): installed when missing and apt-get can (as root); otherwise the
-//! caller says SKIPPED rather than pretending to pass.
+//! caller fails under `CI=true` and elsewhere says SKIPPED, a row of its own in the table of
+//! `cargo xtask test`, rather than pretending to pass.
 //!
 //! Without recommended packages: the tests need the programs, not a desktop. For chromium that
 //! is 19 packages instead of 128, and 13 s instead of 67 s on a 2-core machine (measured here,
@@ -15,10 +16,21 @@ pub fn ensure(program: &str, package: &str) -> bool {
     if has(program) {
         return true;
     }
-    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
     if root && Command::new("apt-get").arg("--version").output().is_ok() {
         eprintln!("leaklab: installing Debian's {package} package for {program}");
-        let install = || Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends", package]).env("DEBIAN_FRONTEND", "noninteractive").status().map(|s| s.success()).unwrap_or(false);
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends", package])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
         // A fresh machine may have no package lists yet.
         if !install() {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();

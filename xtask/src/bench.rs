@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: the criterion groups (the fixes, the probes and native-stack capture,
 //! snapshot explain of every writer's shape at 1 GB and of 5 GB, fleet judging), the Python
 //! agent's costs (crates/cli/python/bench/census_bench.py), then the HTTP comparison with the
-//! Python twin (`leaklab bench`); writes docs/benchmarks.md.
+//! Python twin (`leaklab-lab bench`); writes docs/benchmarks.md.
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
@@ -12,10 +12,28 @@ pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
     let pickled = python_pickled_snapshots(torch)?;
     let mut criterion = torch.cargo();
     criterion.env("LEAKLAB_SNAPSHOT_BENCH_FILES", pickled.join(","));
-    criterion.args(["bench", "--package", "leaklab-service", "--bench", "fixes", "--package", "leaklab-probe", "--bench", "probe_overhead", "--package", "leaklab-snapshot", "--bench", "explain", "--package", "leaklab-fleet", "--bench", "fleet_judge"]);
+    criterion.args([
+        "bench",
+        "--package",
+        "leaklab-service",
+        "--bench",
+        "fixes",
+        "--package",
+        "leaklab-probe",
+        "--bench",
+        "probe_overhead",
+        "--package",
+        "leaklab-snapshot",
+        "--bench",
+        "explain",
+        "--package",
+        "leaklab-fleet",
+        "--bench",
+        "fleet_judge",
+    ]);
     run(criterion)?;
     agent_costs(torch)?;
-    torch.leaklab(&["bench"], args)
+    torch.lab(&["bench"], args)
 }
 
 /// 1 GB snapshots of three shapes written by CPython's own pickle (benches/python_snapshot.py),
@@ -32,9 +50,17 @@ fn python_pickled_snapshots(torch: &Torch) -> Result<Vec<String>> {
             // half file to be measured next time.
             let partial = format!("{file}.partial");
             let mut cmd = torch.python_command("the snapshot bench's CPython files")?;
-            cmd.args(["crates/snapshot/benches/python_snapshot.py", &partial, "1024", shape]);
+            cmd.args([
+                "crates/snapshot/benches/python_snapshot.py",
+                &partial,
+                "1024",
+                shape,
+            ]);
             run(cmd)?;
-            std::fs::rename(workspace_root().join(&partial), workspace_root().join(&file))?;
+            std::fs::rename(
+                workspace_root().join(&partial),
+                workspace_root().join(&file),
+            )?;
         }
         files.push(file);
     }
@@ -49,8 +75,13 @@ fn agent_costs(torch: &Torch) -> Result<()> {
     let output = torch
         .python_command("the agent's bench")?
         .arg("crates/cli/python/bench/census_bench.py")
-        .output().context("run census_bench.py")?;
-    anyhow::ensure!(output.status.success(), "census_bench.py failed: {}", String::from_utf8_lossy(&output.stderr));
+        .output()
+        .context("run census_bench.py")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "census_bench.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     std::fs::write(out.join("census.json"), output.stdout)?;
     Ok(())
 }

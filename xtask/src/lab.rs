@@ -17,16 +17,35 @@ pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
         // The Python exercises are scanned by the `leaklab` binary (lab/exercises/src/python.rs).
         ["check", "5" | "6", ..] => {
             build_leaklab(torch)?;
-            run_as_is(exercises(torch, "leaklab-exercises", args.iter().map(String::as_str)))
+            run_as_is(exercises(
+                torch,
+                "leaklab-exercises",
+                args.iter().map(String::as_str),
+            ))
         }
-        _ => run_as_is(exercises(torch, "leaklab-exercises", args.iter().map(String::as_str))),
+        _ => run_as_is(exercises(
+            torch,
+            "leaklab-exercises",
+            args.iter().map(String::as_str),
+        )),
     }
 }
 
 /// `cargo run` of one of the workshop's binaries.
-fn exercises<'a>(torch: &Torch, bin: &str, args: impl IntoIterator<Item = &'a str>) -> std::process::Command {
+fn exercises<'a>(
+    torch: &Torch,
+    bin: &str,
+    args: impl IntoIterator<Item = &'a str>,
+) -> std::process::Command {
     let mut cmd = torch.cargo();
-    cmd.args(["run", "--quiet", "--package", "leaklab-exercises", "--bin", bin]);
+    cmd.args([
+        "run",
+        "--quiet",
+        "--package",
+        "leaklab-exercises",
+        "--bin",
+        bin,
+    ]);
     if bin == "leaklab-incident" {
         cmd.args(["--features", "incident"]);
     }
@@ -36,13 +55,22 @@ fn exercises<'a>(torch: &Torch, bin: &str, args: impl IntoIterator<Item = &'a st
 
 /// Picks (or resumes) the incident, builds `leaklab` for the learner's scans, serves the copy.
 fn incident(torch: &Torch, flags: &[&str]) -> Result<()> {
-    process::run(exercises(torch, "leaklab-exercises", ["incident", "prepare"].into_iter().chain(flags.iter().copied())))?;
+    process::run(exercises(
+        torch,
+        "leaklab-exercises",
+        ["incident", "prepare"]
+            .into_iter()
+            .chain(flags.iter().copied()),
+    ))?;
     build_leaklab(torch)?;
     learner_incident(torch, &[&["serve"], flags].concat())
 }
 
 fn learner_incident(torch: &Torch, args: &[&str]) -> Result<()> {
-    if !workspace_root().join("lab/exercises/src/incident.rs").exists() {
+    if !workspace_root()
+        .join("lab/exercises/src/incident.rs")
+        .exists()
+    {
         bail!("no incident in progress: `cargo xtask lab incident` starts one");
     }
     run_as_is(exercises(torch, "leaklab-incident", args.iter().copied()))
@@ -51,6 +79,13 @@ fn learner_incident(torch: &Torch, args: &[&str]) -> Result<()> {
 /// Builds `leaklab` for the learner's scans and the Python exercises' checks.
 fn build_leaklab(torch: &Torch) -> Result<()> {
     let mut build = torch.cargo();
-    build.args(["build", "--quiet", "--package", "leaklab", "--bin", "leaklab"]);
+    build.args([
+        "build",
+        "--quiet",
+        "--package",
+        "leaklab",
+        "--bin",
+        "leaklab",
+    ]);
     process::run(build)
 }

@@ -3,7 +3,8 @@
 //! The xtask builds without libtorch, because provisioning libtorch is its first job: every
 //! task below but `wheel` first makes sure a usable torch 2.11.0 exists ([`provision::Torch::ensure`]) and
 //! then runs cargo with that libtorch wired in. The work itself lives in the library crates and
-//! the `leaklab` / `leaklab-service` binaries; the xtask stays a thin driver, one module a task.
+//! the binaries (`leaklab-lab`, the lab's commands; `leaklab`, the instrument; `leaklab-service`);
+//! the xtask stays a thin driver, one module a task.
 
 mod apt;
 mod bench;

@@ -9,11 +9,11 @@
 //!    after `import torch` succeeded and the libraries were found, says so; anything less is
 //!    repaired rather than used.
 
+use crate::process::{run, run_as_is};
 use anyhow::{bail, Context, Result};
 use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use crate::process::{run, run_as_is};
 use std::process::Command;
 
 /// The libtorch release that tch 0.24 is built for (torch-sys checks it at build time).
@@ -42,18 +42,33 @@ impl Torch {
                 bail!("LIBTORCH is set but {} holds no libtorch_cpu.so; unset LIBTORCH to let the xtask provision torch {TORCH_VERSION}", lib_dir.display());
             }
             let python = env::var_os("LEAKLAB_PYTHON").map(PathBuf::from);
-            return Ok(Torch { python, lib_dir, source: Source::UserLibtorch });
+            return Ok(Torch {
+                python,
+                lib_dir,
+                source: Source::UserLibtorch,
+            });
         }
         if let Some(python) = env::var_os("LEAKLAB_PYTHON") {
             let python = PathBuf::from(python);
             let lib_dir = probe_torch(&python).with_context(|| {
-                format!("LEAKLAB_PYTHON={} has no usable torch {TORCH_VERSION}", python.display())
+                format!(
+                    "LEAKLAB_PYTHON={} has no usable torch {TORCH_VERSION}",
+                    python.display()
+                )
             })?;
-            return Ok(Torch { python: Some(python), lib_dir, source: Source::UserPython });
+            return Ok(Torch {
+                python: Some(python),
+                lib_dir,
+                source: Source::UserPython,
+            });
         }
         let venv = venv_dir()?;
         let lib_dir = ensure_venv(&venv)?;
-        Ok(Torch { python: Some(venv.join("bin/python")), lib_dir, source: Source::Venv(venv) })
+        Ok(Torch {
+            python: Some(venv.join("bin/python")),
+            lib_dir,
+            source: Source::Venv(venv),
+        })
     }
 
     /// A `cargo` command with libtorch wired in: tch finds torch through the venv's python,
@@ -70,7 +85,9 @@ impl Torch {
     /// The python whose torch this is, run from the workspace root with [`Torch::env`]; `what`
     /// says which task needs it, for the error where there is none (a bare `LIBTORCH`).
     pub fn python_command(&self, what: &str) -> Result<Command> {
-        let python = self.python.as_ref().with_context(|| format!("{what} need the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)"))?;
+        let python = self.python.as_ref().with_context(|| {
+            format!("{what} need the provisioned python (unset LIBTORCH, or set LEAKLAB_PYTHON)")
+        })?;
         let mut cmd = Command::new(python);
         cmd.current_dir(workspace_root()).envs(self.env());
         Ok(cmd)
@@ -78,7 +95,10 @@ impl Torch {
 
     /// The variables every command driven by the xtask gets.
     pub fn env(&self) -> Vec<(&'static str, OsString)> {
-        let mut vars = vec![("LD_LIBRARY_PATH", prepend_path(&self.lib_dir, "LD_LIBRARY_PATH"))];
+        let mut vars = vec![(
+            "LD_LIBRARY_PATH",
+            prepend_path(&self.lib_dir, "LD_LIBRARY_PATH"),
+        )];
         if let Some(python) = &self.python {
             vars.push(("LEAKLAB_PYTHON", python.clone().into()));
         }
@@ -109,13 +129,28 @@ impl Torch {
         }
     }
 
-    /// Builds `leaklab` and `leaklab-service` in release mode and runs `leaklab <sub> <args>`,
-    /// exiting with its status: the lab's binary does the work and the reporting.
-    pub fn leaklab(&self, sub: &[&str], args: &[String]) -> Result<()> {
+    /// Builds `leaklab-lab` and `leaklab-service` in release mode and runs
+    /// `leaklab-lab <sub> <args>`, exiting with its status: the lab's binary does the work and
+    /// the reporting.
+    pub fn lab(&self, sub: &[&str], args: &[String]) -> Result<()> {
         let mut build = self.cargo();
-        build.args(["build", "--quiet", "--release", "--package", "leaklab", "--package", "leaklab-service"]);
+        build.args([
+            "build",
+            "--quiet",
+            "--release",
+            "--package",
+            "leaklab-runner",
+            "--package",
+            "leaklab-service",
+            "--bin",
+            "leaklab-lab",
+            "--bin",
+            "leaklab-service",
+        ]);
+        // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it.
+        build.args(["--package", "leaklab", "--bin", "leaklab"]);
         run(build)?;
-        let mut cmd = Command::new(workspace_root().join("target/release/leaklab"));
+        let mut cmd = Command::new(workspace_root().join("target/release/leaklab-lab"));
         cmd.envs(self.env()).args(sub).args(args);
         run_as_is(cmd)
     }
@@ -126,11 +161,21 @@ impl Torch {
     /// and checks (pytest, httpx for Starlette's TestClient, ruff, mypy). Only what is missing
     /// is installed.
     pub fn ensure_python_packages(&self) -> Result<()> {
-        let Some(python) = &self.python else { return Ok(()) };
+        let Some(python) = &self.python else {
+            return Ok(());
+        };
         let absent = missing_modules(python, PYTHON_PACKAGES.iter().map(|(module, _)| *module));
-        let missing: Vec<&str> = PYTHON_PACKAGES.iter().filter(|(module, _)| absent.iter().any(|a| a == module)).map(|&(_, spec)| spec).collect();
+        let missing: Vec<&str> = PYTHON_PACKAGES
+            .iter()
+            .filter(|(module, _)| absent.iter().any(|a| a == module))
+            .map(|&(_, spec)| spec)
+            .collect();
         if !missing.is_empty() {
-            eprintln!("leaklab: installing {} into {}", missing.join(" "), python.display());
+            eprintln!(
+                "leaklab: installing {} into {}",
+                missing.join(" "),
+                python.display()
+            );
             pip_install(python, &missing)?;
         }
         Ok(())
@@ -148,20 +193,37 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("httpx", "httpx"),
     ("ruff", "ruff"),
     ("mypy", "mypy"),
+    // The zoo's onnxruntime_arena entry: ONNX Runtime's CPU arena, on a model built with onnx.
+    ("onnxruntime", "onnxruntime==1.32.0"),
+    ("onnx", "onnx==1.23.2"),
+    // The zoo's tokenizer_growth entry: a BPE tokenizer trained in code.
+    ("tokenizers", "tokenizers==0.22.2"),
+    // The agent's native trace (leaklab[native]) and its tests.
+    ("memray", "memray==1.20.0"),
 ];
 
 /// The modules of `modules` that `python` cannot find (one interpreter start for all of them).
 fn missing_modules<'a>(python: &Path, modules: impl Iterator<Item = &'a str>) -> Vec<String> {
     let script = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))";
     let modules: Vec<&str> = modules.collect();
-    match Command::new(python).args(["-c", script]).args(&modules).output() {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect(),
+    match Command::new(python)
+        .args(["-c", script])
+        .args(&modules)
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
         _ => modules.into_iter().map(String::from).collect(),
     }
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
 }
 
 fn prepend_path(dir: &Path, var: &str) -> OsString {
@@ -175,7 +237,10 @@ fn prepend_path(dir: &Path, var: &str) -> OsString {
 fn cache_dir() -> Result<PathBuf> {
     let cache = match env::var_os("XDG_CACHE_HOME") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env::var_os("HOME").context("neither HOME nor XDG_CACHE_HOME is set")?).join(".cache"),
+        None => {
+            PathBuf::from(env::var_os("HOME").context("neither HOME nor XDG_CACHE_HOME is set")?)
+                .join(".cache")
+        }
     };
     Ok(cache.join("leaklab"))
 }
@@ -191,7 +256,8 @@ fn venv_dir() -> Result<PathBuf> {
 /// against glibc 2.28), pinned, in a small venv of their own beside the torch one: building
 /// the instrument's wheel must not need the 4.6 GB torch install. Returns its python.
 pub fn wheel_tools() -> Result<PathBuf> {
-    const TOOLS: [&str; 2] = ["maturin==1.16.0", "ziglang==0.15.1"];
+    // `wheel` packs the tests' wheel from the dev build (wheel::build_for_tests).
+    const TOOLS: [&str; 3] = ["maturin==1.16.0", "ziglang==0.15.1", "wheel==0.48.0"];
     let venv = cache_dir()?.join("wheel-tools");
     let python = venv.join("bin/python");
     let marker = venv.join("leaklab-tools-ready");
@@ -199,9 +265,14 @@ pub fn wheel_tools() -> Result<PathBuf> {
         return Ok(python);
     }
     create_venv(&venv)?;
-    eprintln!("leaklab: installing the wheel's build tools ({}) into {}", TOOLS.join(", "), venv.display());
+    eprintln!(
+        "leaklab: installing the wheel's build tools ({}) into {}",
+        TOOLS.join(", "),
+        venv.display()
+    );
     pip_install(&python, &TOOLS)?;
-    std::fs::write(&marker, TOOLS.join("\n")).with_context(|| format!("cannot write {}", marker.display()))?;
+    std::fs::write(&marker, TOOLS.join("\n"))
+        .with_context(|| format!("cannot write {}", marker.display()))?;
     Ok(python)
 }
 
@@ -219,7 +290,14 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
         eprintln!("leaklab: the torch venv at {} is damaged (marker present, files missing); repairing it", venv.display());
         std::fs::remove_file(&marker).ok();
     }
-    if !python.exists() || Command::new(&python).arg("-c").arg("pass").output().map(|o| !o.status.success()).unwrap_or(true) {
+    if !python.exists()
+        || Command::new(&python)
+            .arg("-c")
+            .arg("pass")
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+    {
         create_venv(venv)?;
     }
     // A venv without the marker was never verified: it may be empty, half-installed by an
@@ -234,26 +312,40 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
                 Ok(lib) => lib,
                 Err(_) => {
                     eprintln!("leaklab: torch still does not import; reinstalling it from scratch");
-                    pip_install(&python, &["--force-reinstall", &format!("torch=={TORCH_VERSION}")])?;
-                    probe_torch(&python).context("torch does not import even after a forced reinstall")?
+                    pip_install(
+                        &python,
+                        &["--force-reinstall", &format!("torch=={TORCH_VERSION}")],
+                    )?;
+                    probe_torch(&python)
+                        .context("torch does not import even after a forced reinstall")?
                 }
             }
         }
     };
-    std::fs::write(&marker, format!("torch=={TORCH_VERSION}\nlib={}\n", lib.display()))
-        .with_context(|| format!("cannot write {}", marker.display()))?;
+    std::fs::write(
+        &marker,
+        format!("torch=={TORCH_VERSION}\nlib={}\n", lib.display()),
+    )
+    .with_context(|| format!("cannot write {}", marker.display()))?;
     eprintln!("leaklab: torch {TORCH_VERSION} ready in {}", venv.display());
     Ok(lib)
 }
 
 fn create_venv(venv: &Path) -> Result<()> {
-    eprintln!("leaklab: creating a Python virtual environment at {}", venv.display());
+    eprintln!(
+        "leaklab: creating a Python virtual environment at {}",
+        venv.display()
+    );
     if venv.exists() {
-        std::fs::remove_dir_all(venv).with_context(|| format!("cannot remove the broken venv {}", venv.display()))?;
+        std::fs::remove_dir_all(venv)
+            .with_context(|| format!("cannot remove the broken venv {}", venv.display()))?;
     }
     std::fs::create_dir_all(venv.parent().unwrap_or(venv))?;
     let python3 = env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
-    let status = Command::new(&python3).args(["-m", "venv"]).arg(venv).status()
+    let status = Command::new(&python3)
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
         .context("python3 is needed to provision torch (set PYTHON3 to point at one)")?;
     if !status.success() {
         bail!("`python3 -m venv {}` failed; on Debian/Ubuntu install the python3-venv package, or set LEAKLAB_PYTHON to a python with torch {TORCH_VERSION}", venv.display());
@@ -263,17 +355,33 @@ fn create_venv(venv: &Path) -> Result<()> {
 
 fn pip_install(python: &Path, args: &[&str]) -> Result<()> {
     let mut cmd = Command::new(python);
-    cmd.args(["-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]).args(args);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+    ])
+    .args(args);
     run(cmd).context("pip install failed (PyPI must be reachable)")
 }
 
 /// Imports torch with `python` and returns its lib dir when the version is the pinned one.
 fn probe_torch(python: &Path) -> Result<PathBuf> {
     let script = "import os, torch; print(torch.__version__); print(os.path.join(os.path.dirname(torch.__file__), 'lib'))";
-    let out = Command::new(python).args(["-c", script]).output()
+    let out = Command::new(python)
+        .args(["-c", script])
+        .output()
         .with_context(|| format!("cannot run {}", python.display()))?;
     if !out.status.success() {
-        bail!("`import torch` failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output"));
+        bail!(
+            "`import torch` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("no output")
+        );
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let mut lines = stdout.lines();
@@ -283,7 +391,10 @@ fn probe_torch(python: &Path) -> Result<PathBuf> {
         bail!("torch {version} found, {TORCH_VERSION} needed");
     }
     if !lib.join("libtorch_cpu.so").exists() {
-        bail!("torch imports but {} holds no libtorch_cpu.so", lib.display());
+        bail!(
+            "torch imports but {} holds no libtorch_cpu.so",
+            lib.display()
+        );
     }
     Ok(lib)
 }

@@ -6,6 +6,17 @@ use anyhow::Result;
 
 pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
     let mut cmd = torch.cargo();
-    cmd.args(["run", "--quiet", "--release", "--package", "leaklab-service", "--bin", "leaklab-service", "--", "serve"]).args(args);
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "leaklab-service",
+        "--bin",
+        "leaklab-service",
+        "--",
+        "serve",
+    ])
+    .args(args);
     run_as_is(cmd)
 }

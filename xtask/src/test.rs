@@ -1,101 +1,644 @@
-//! `cargo xtask test`: everything CI runs. The wheel built first (its test installs it into an
-//! empty venv), the Python packages, Prometheus (server and promtool, for the fleet tests) and
-//! chromium (for the report pages) installed; unit, integration and doc tests (the benches once
-//! each in test mode); the Python package's own suite (pytest over the installed wheel, ruff,
-//! mypy --strict); the alert rules under promtool, the Kubernetes manifests validated, and the
-//! device bundle built and run here on CPU. Extra arguments go to `cargo test` and skip the
-//! steps after it.
+//! `cargo xtask test`: everything CI runs, cheapest first, every step timed (a table at the end).
+//!
+//! 1. What the tests need: the Python packages, Debian's prometheus (promtool) and chromium.
+//!    Under `CI=true` a missing one fails the run; elsewhere it is a SKIPPED row in the table.
+//! 2. The cheap checks, failing fast before any big build: tidy (the xtask's own tests), ruff,
+//!    ruff format --check, mypy --strict, promtool's rule tests, the Kubernetes manifests; with
+//!    `LEAKLAB_STYLE_GATE=1`, `cargo fmt --check` and `cargo clippy -D warnings` too.
+//! 3. One dev-profile build of every crate and test (the GPU tests compiled, not run), the
+//!    tests' wheel packed from that build's `leaklab`, the Rust tests under cargo-nextest in one
+//!    pool (`.config/nextest.toml`: the slow ones first, the timing-sensitive ones alone), the
+//!    benches once each in test mode, the doc tests, the Python package's suite over the installed wheel, and the device bundle's
+//!    launcher run here on CPU from the same dev binaries.
+//! 4. The table, and the tests left to the device check (the `gpu` binary, `#[ignore = "needs
+//!    a GPU"]`).
+//!
+//! Extra arguments go to `cargo nextest run` (a filter, `--no-capture`) and leave out every
+//! step that the tests do not need.
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
-use anyhow::{Context, Result};
-use std::path::Path;
+use anyhow::{bail, Context, Result};
+use saphyr::{LoadableYamlNode, Yaml, YamlEmitter};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// What every cargo command of the run selects, so that each crate is built once: the whole
+/// workspace but the xtask (whose tests, tidy, run first on their own), with the GPU tests
+/// compiled (their binary is left out of the run and listed; the device check runs it).
+const SELECTION: [&str; 5] = [
+    "--workspace",
+    "--exclude",
+    "xtask",
+    "--features",
+    "leaklab-service/gpu-tests",
+];
+
+/// What nextest runs: every target but the benches, whose mains (criterion's, or the snapshot
+/// reader's own) cannot answer nextest's `--list`; `cargo test --benches` runs those once each.
+const NEXTEST_TARGETS: [&str; 4] = ["--lib", "--bins", "--tests", "--examples"];
+
+/// The test binary that needs a CUDA device (`crates/service/tests/gpu.rs`).
+const GPU_BINARY: &str = "leaklab-service::gpu";
 
 pub fn run_all(torch: &Torch, args: &[String]) -> Result<()> {
-    torch.ensure_python_packages()?;
-    let promtool = crate::apt::ensure("promtool", "prometheus");
-    // The report pages are opened in a real browser by crates/cli/tests/html.rs.
-    if !crate::apt::ensure("chromium", "chromium") {
-        eprintln!("leaklab: SKIPPED the report pages in a browser: chromium is not installed and could not be (apt-get install chromium)");
-    }
-    let wheel = crate::wheel::build()?;
-    let mut all = torch.cargo();
-    all.env("LEAKLAB_WHEEL", &wheel).args(["test", "--workspace", "--no-fail-fast", "--all-targets"]).args(args);
-    let mut docs = torch.cargo();
-    docs.args(["test", "--workspace", "--no-fail-fast", "--doc"]).args(args);
-    let (all, docs) = (run(all), run(docs));
-    all.and(docs)?;
+    let mut steps = Steps::default();
+    let result = pipeline(torch, args, &mut steps);
+    steps.print();
+    result
+}
+
+fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
+    steps.run("python packages", || torch.ensure_python_packages())?;
+    let promtool = steps.need(
+        "promtool",
+        "prometheus",
+        "the alert rules' tests and the fleet tests",
+    )?;
+    steps.need(
+        "chromium",
+        "chromium",
+        "the report pages in a browser (crates/cli/tests/html.rs)",
+    )?;
+    let runner = steps.run("cargo-nextest", nextest)?;
     if args.is_empty() {
-        python_package(torch, &wheel)?;
-        promtool_rules(promtool)?;
-        kubernetes(torch, promtool)?;
-        crate::bundle::build_and_smoke(torch)?;
+        cheap_checks(torch, promtool, steps)?;
+    }
+    steps.run("build (dev, every crate and test)", || {
+        let mut build = torch.cargo();
+        build
+            .args(["test", "--no-run", "--all-targets"])
+            .args(SELECTION);
+        run(build)
+    })?;
+    let leaklab = workspace_root().join("target/debug/leaklab");
+    let wheel = steps.run("wheel (dev, for the tests)", || {
+        crate::wheel::build_for_tests(&leaklab)
+    })?;
+    // From here on every step runs, and the run fails at the end if any did.
+    let mut failed = Vec::new();
+    let rust = steps.run("rust tests", || rust_tests(torch, runner, &wheel, args));
+    failed.extend(rust.err());
+    let listed = steps.run("device-only tests listed", || device_only(torch, runner));
+    if args.is_empty() {
+        let benches = steps.run("benches (test mode, once each)", || {
+            let mut benches = torch.cargo();
+            benches
+                .args(["test", "--no-fail-fast", "--benches"])
+                .args(SELECTION);
+            run(benches)
+        });
+        failed.extend(benches.err());
+        let docs = steps.run("doc tests", || {
+            let mut docs = torch.cargo();
+            docs.args(["test", "--no-fail-fast", "--doc"])
+                .args(SELECTION);
+            run(docs)
+        });
+        failed.extend(docs.err());
+        failed.extend(
+            steps
+                .run("python tests (installed wheel)", || {
+                    python_tests(torch, &wheel)
+                })
+                .err(),
+        );
+        let smoke = match &listed {
+            Ok(device) => steps.run("device bundle (dev) on CPU", || {
+                crate::bundle::smoke_dev(torch, &device.gpu_binary)
+            }),
+            Err(e) => Err(anyhow::anyhow!("no GPU test binary to bundle: {e:#}")),
+        };
+        failed.extend(smoke.err());
+    }
+    match listed {
+        Ok(device) => steps.device_only = device.tests,
+        Err(e) => failed.push(e),
+    }
+    // The Python suite's one device-only test: it skips here, gpu-check.sh runs it.
+    steps.device_only.push(format!(
+        "crates/cli/python/tests/{}",
+        crate::bundle::PYTHON_CUDA_TEST
+    ));
+    if !failed.is_empty() {
+        let all: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+        bail!("{} step(s) failed:\n  {}", failed.len(), all.join("\n  "));
     }
     Ok(())
 }
 
+/// Each check here takes seconds and needs no build of the workspace: the first to fail ends
+/// the run.
+fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> {
+    steps.run("tidy (cargo test -p xtask)", || {
+        let mut tidy = torch.cargo();
+        tidy.args(["test", "--quiet", "--package", "xtask", "--", "--nocapture"]);
+        run(tidy).context("tidy: the house rules are broken (xtask/src/tidy.rs)")
+    })?;
+    let package = workspace_root().join("crates/cli/python");
+    let zoo = workspace_root().join("lab/zoo");
+    let python = || torch.python_command("the Python package's checks");
+    steps.run("ruff check", || {
+        let mut ruff = python()?;
+        ruff.args(["-m", "ruff", "check"]).arg(&package).arg(&zoo);
+        run(ruff).context("ruff finds problems in crates/cli/python or lab/zoo")
+    })?;
+    steps.run("ruff format --check", || {
+        let mut format = python()?;
+        format
+            .args(["-m", "ruff", "format", "--check"])
+            .arg(&package)
+            .arg(&zoo);
+        run(format).context("not formatted: run `ruff format crates/cli/python lab/zoo`")
+    })?;
+    steps.run("mypy --strict", || {
+        let mut mypy = python()?;
+        let config = workspace_root().join("crates/cli/pyproject.toml");
+        mypy.args(["-m", "mypy", "--strict", "--config-file"])
+            .arg(config)
+            .arg(package.join("leaklab"));
+        run(mypy).context("mypy --strict finds problems in the leaklab package")
+    })?;
+    if promtool {
+        steps.run("promtool test rules", || {
+            let mut cmd = Command::new("promtool");
+            cmd.current_dir(workspace_root().join("docs/prometheus"))
+                .args(["test", "rules", "leaklab-alerts.test.yml"]);
+            run(cmd).context("the alert rules' promtool test failed")
+        })?;
+    }
+    steps.run("kubernetes manifests", || kubernetes(torch, promtool))?;
+    if style_gate() {
+        steps.run("cargo fmt --check", || {
+            let mut fmt = torch.cargo();
+            fmt.args(["fmt", "--all", "--check"]);
+            run(fmt).context("the tree is not formatted: run `cargo fmt --all` (rustfmt.toml)")
+        })?;
+        steps.run("cargo clippy -D warnings", || {
+            let mut clippy = torch.cargo();
+            clippy.args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--features",
+                "leaklab-service/gpu-tests",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            run(clippy).context("clippy has warnings")
+        })?;
+    } else {
+        for step in ["cargo fmt --check", "cargo clippy -D warnings"] {
+            steps.record(step, Duration::ZERO, Outcome::Off);
+        }
+    }
+    Ok(())
+}
+
+/// `LEAKLAB_STYLE_GATE=1` (or `true`, `on`) adds rustfmt and clippy to the cheap checks. Off by
+/// default until the tree has had its one formatting commit.
+fn style_gate() -> bool {
+    std::env::var("LEAKLAB_STYLE_GATE")
+        .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "on" | "yes"))
+}
+
+/// Whether this is a CI run (`CI=true`, as CI services set it, and as `.ci/run` does): there a
+/// missing dependency fails instead of being skipped.
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+}
+
+/// How the Rust tests run.
+#[derive(Clone, Copy, PartialEq)]
+enum Runner {
+    /// cargo-nextest: every test a process, one pool for all binaries.
+    Nextest,
+    /// `cargo test`, binary after binary: where nextest is missing and cannot be installed.
+    CargoTest,
+}
+
+/// cargo-nextest, installed with `cargo install --locked` where missing (about 5 minutes once
+/// per machine); `cargo test` if that fails too, which is slower but runs the same tests.
+fn nextest() -> Result<Runner> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let present = || {
+        Command::new(&cargo)
+            .args(["nextest", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if present() {
+        return Ok(Runner::Nextest);
+    }
+    eprintln!(
+        "leaklab: cargo-nextest is missing; installing it (cargo install cargo-nextest --locked)"
+    );
+    let installed = Command::new(&cargo)
+        .args(["install", "cargo-nextest", "--locked"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if installed && present() {
+        return Ok(Runner::Nextest);
+    }
+    eprintln!("leaklab: cargo-nextest could not be installed: the Rust tests run under `cargo test`, one binary after another");
+    Ok(Runner::CargoTest)
+}
+
+fn rust_tests(torch: &Torch, runner: Runner, wheel: &Path, args: &[String]) -> Result<()> {
+    let mut tests = torch.cargo();
+    tests.env("LEAKLAB_WHEEL", wheel);
+    match runner {
+        Runner::Nextest => {
+            // The GPU binary is left out by the profile's default-filter, which bounds any
+            // filter given here (filtersets on the command line are a union).
+            tests
+                .args(["nextest", "run", "--no-fail-fast"])
+                .args(NEXTEST_TARGETS)
+                .args(SELECTION)
+                .args(args);
+        }
+        Runner::CargoTest => {
+            // libtest cannot leave out one binary: the GPU tests are skipped by their names.
+            let mut skip = vec!["--".to_string(), "--exact".to_string()];
+            for name in gpu_test_names(torch)? {
+                skip.extend(["--skip".to_string(), name]);
+            }
+            tests
+                .args(["test", "--no-fail-fast"])
+                .args(NEXTEST_TARGETS)
+                .args(SELECTION)
+                .args(args)
+                .args(skip);
+        }
+    }
+    run(tests).context("Rust tests failed")
+}
+
+/// The tests that only the device check runs, and the GPU test binary it bundles.
+struct DeviceOnly {
+    tests: Vec<String>,
+    gpu_binary: PathBuf,
+}
+
+/// nextest's list (JSON, `--run-ignored all`, and past the default filter, without which the
+/// GPU binary's tests go unlisted): every test of the GPU binary and every test anywhere that
+/// carries `#[ignore = "needs a GPU"]`.
+fn device_only(torch: &Torch, runner: Runner) -> Result<DeviceOnly> {
+    if runner == Runner::CargoTest {
+        let gpu_binary = gpu_binary_from_cargo(torch)?;
+        let tests = gpu_test_names(torch)?
+            .into_iter()
+            .map(|t| format!("{GPU_BINARY} {t}"))
+            .collect();
+        return Ok(DeviceOnly { tests, gpu_binary });
+    }
+    let mut list = torch.cargo();
+    list.args([
+        "nextest",
+        "list",
+        "--run-ignored",
+        "all",
+        "--ignore-default-filter",
+        "--message-format",
+        "json",
+    ])
+    .args(NEXTEST_TARGETS)
+    .args(SELECTION);
+    let output = list.output().context("cannot run cargo nextest list")?;
+    if !output.status.success() {
+        bail!(
+            "cargo nextest list failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    parse_list(&String::from_utf8_lossy(&output.stdout))
+}
+
+fn parse_list(json: &str) -> Result<DeviceOnly> {
+    #[derive(serde::Deserialize)]
+    struct List {
+        #[serde(rename = "rust-suites")]
+        suites: std::collections::BTreeMap<String, Suite>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Suite {
+        #[serde(rename = "binary-path")]
+        binary_path: PathBuf,
+        testcases: std::collections::BTreeMap<String, Case>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Case {
+        ignored: bool,
+    }
+    let list: List =
+        serde_json::from_str(json).context("cargo nextest list printed no JSON list")?;
+    let gpu = list
+        .suites
+        .get(GPU_BINARY)
+        .with_context(|| format!("no {GPU_BINARY} test binary in the list"))?;
+    if gpu.testcases.is_empty() {
+        bail!("the {GPU_BINARY} binary lists no tests");
+    }
+    let gpu_binary = gpu.binary_path.clone();
+    let mut tests = Vec::new();
+    for (id, suite) in &list.suites {
+        for (name, case) in &suite.testcases {
+            if case.ignored || id == GPU_BINARY {
+                tests.push(format!("{id} {name}"));
+            }
+        }
+    }
+    Ok(DeviceOnly { tests, gpu_binary })
+}
+
+/// Where cargo put the GPU test binary (already built: this only asks).
+fn gpu_binary_from_cargo(torch: &Torch) -> Result<PathBuf> {
+    let mut cargo = torch.cargo();
+    cargo
+        .args([
+            "test",
+            "--no-run",
+            "--all-targets",
+            "--message-format",
+            "json",
+        ])
+        .args(SELECTION);
+    let output = cargo.output().context("cannot run cargo test --no-run")?;
+    let name = GPU_BINARY.rsplit("::").next().unwrap_or(GPU_BINARY);
+    crate::bundle::test_executable(&String::from_utf8_lossy(&output.stdout), name)
+        .context("cargo did not report the GPU test binary")
+}
+
+/// The GPU binary's tests, as it lists them itself.
+fn gpu_test_names(torch: &Torch) -> Result<Vec<String>> {
+    let binary = gpu_binary_from_cargo(torch)?;
+    let output = Command::new(&binary)
+        .args(["--list", "--format", "terse"])
+        .envs(torch.env())
+        .output()?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(String::from)
+        .collect())
+}
+
 /// The Python package as its users get it: the wheel installed into the torch venv (so the
-/// pytest11 entry point is registered as pip registers it), its suite under pytest, and the
-/// package's source under ruff and mypy --strict.
-fn python_package(torch: &Torch, wheel: &Path) -> Result<()> {
+/// pytest11 entry point is registered as pip registers it), and its suite under pytest.
+fn python_tests(torch: &Torch, wheel: &Path) -> Result<()> {
     let package = workspace_root().join("crates/cli/python");
     let python = || torch.python_command("the Python package's tests");
     let mut install = python()?;
-    install.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--no-deps", "--force-reinstall"]).arg(wheel);
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--no-deps",
+            "--force-reinstall",
+        ])
+        .arg(wheel);
     run(install).context("the wheel does not install into the torch venv")?;
-    let mut ruff = python()?;
-    ruff.args(["-m", "ruff", "check"]).arg(&package);
-    run(ruff).context("ruff finds problems in crates/cli/python")?;
-    let mut format = python()?;
-    format.args(["-m", "ruff", "format", "--check"]).arg(&package);
-    run(format).context("crates/cli/python is not formatted: run `ruff format crates/cli/python`")?;
-    let mut mypy = python()?;
-    mypy.args(["-m", "mypy", "--strict", "--config-file"]).arg(workspace_root().join("crates/cli/pyproject.toml")).arg(package.join("leaklab"));
-    run(mypy).context("mypy --strict finds problems in the leaklab package")?;
     let mut pytest = python()?;
-    pytest.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).arg(package.join("tests"));
-    run(pytest).context("the Python package's tests failed")
-}
-
-/// `promtool test rules` on the alert rules.
-fn promtool_rules(installed: bool) -> Result<()> {
-    if !installed {
-        eprintln!("leaklab: SKIPPED promtool test rules: promtool is not installed and could not be (apt-get install prometheus)");
-        return Ok(());
-    }
-    let mut cmd = Command::new("promtool");
-    cmd.current_dir(workspace_root().join("docs/prometheus")).args(["test", "rules", "leaklab-alerts.test.yml"]);
-    run(cmd).context("the alert rules' promtool test failed")
+    // The zoo's in-process checks (lab/zoo/test_zoo_plugin.py: the plugin on the Python-level
+    // causes) run with the package's suite, over the installed wheel.
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(package.join("tests"))
+        .arg(workspace_root().join("lab/zoo/test_zoo_plugin.py"));
+    run(pytest).context("the Python package's tests (or the zoo's plugin checks) failed")
 }
 
 /// docs/kubernetes: the core objects under `kubernetes-validate --strict`, and the
-/// PrometheusRule's groups, which must be docs/prometheus/leaklab-alerts.yml's `groups` indented
-/// under `spec:`, under `promtool check rules`.
+/// PrometheusRule, whose `spec.groups` must be docs/prometheus/leaklab-alerts.yml's `groups`
+/// (compared parsed, so layout and comments may differ), under `promtool check rules`.
 fn kubernetes(torch: &Torch, promtool: bool) -> Result<()> {
     let dir = workspace_root().join("docs/kubernetes");
-    let validator = torch.python.as_ref().map(|p| p.with_file_name("kubernetes-validate"));
-    match validator.filter(|v| v.exists()) {
+    let validator = torch
+        .python
+        .as_ref()
+        .map(|p| p.with_file_name("kubernetes-validate"))
+        .filter(|v| v.exists());
+    match validator {
         Some(v) => {
             let mut cmd = Command::new(v);
             cmd.args(["--strict", "--quiet"]).arg(dir.join("inference.yaml"));
             run(cmd).context("docs/kubernetes/inference.yaml does not validate")?;
         }
+        None if ci() => bail!("kubernetes-validate is missing and CI=true: it is installed into the torch venv (unset LIBTORCH or set LEAKLAB_PYTHON)"),
         None => eprintln!("leaklab: SKIPPED kubernetes-validate: no python environment to install it in"),
     }
-    let rules = std::fs::read_to_string(workspace_root().join("docs/prometheus/leaklab-alerts.yml"))?;
+    let rules =
+        std::fs::read_to_string(workspace_root().join("docs/prometheus/leaklab-alerts.yml"))?;
     let monitoring = std::fs::read_to_string(dir.join("monitoring.yaml"))?;
-    let embedded = monitoring.split_once("kind: PrometheusRule").and_then(|(_, rest)| rest.split_once("\nspec:\n")).map(|(_, spec)| spec).context("monitoring.yaml has no PrometheusRule spec")?;
-    let groups: String = embedded.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).map(|l| format!("{l}\n")).collect();
-    let expected = &rules[rules.find("groups:").context("no groups in leaklab-alerts.yml")?..];
-    anyhow::ensure!(groups == expected, "docs/kubernetes/monitoring.yaml's PrometheusRule is not docs/prometheus/leaklab-alerts.yml's groups: copy them over (indented two spaces under spec:)");
+    let groups = same_rule_groups(&rules, &monitoring)?;
     if promtool {
         let extracted = workspace_root().join("target/leaklab/prometheus-rule-groups.yml");
-        std::fs::create_dir_all(extracted.parent().unwrap())?;
+        std::fs::create_dir_all(extracted.parent().context("a parent folder")?)?;
         std::fs::write(&extracted, groups)?;
         let mut cmd = Command::new("promtool");
         cmd.args(["check", "rules"]).arg(&extracted);
         run(cmd).context("the PrometheusRule's rules do not pass promtool check rules")?;
     }
     Ok(())
+}
+
+/// Checks that the PrometheusRule document of `monitoring` (a multi-document manifest) carries
+/// exactly the `groups` of `rules` under its `spec`, and returns them as a rules file.
+fn same_rule_groups(rules: &str, monitoring: &str) -> Result<String> {
+    let rules = Yaml::load_from_str(rules).context("leaklab-alerts.yml is not YAML")?;
+    let expected = rules
+        .first()
+        .and_then(|doc| doc.as_mapping_get("groups"))
+        .context("leaklab-alerts.yml has no groups")?;
+    let manifests = Yaml::load_from_str(monitoring).context("monitoring.yaml is not YAML")?;
+    let rule = manifests
+        .iter()
+        .find(|doc| doc.as_mapping_get("kind").and_then(Yaml::as_str) == Some("PrometheusRule"))
+        .context("monitoring.yaml has no PrometheusRule")?;
+    let embedded = rule
+        .as_mapping_get("spec")
+        .and_then(|spec| spec.as_mapping_get("groups"))
+        .context("monitoring.yaml's PrometheusRule has no spec.groups")?;
+    if embedded != expected {
+        bail!("docs/kubernetes/monitoring.yaml's PrometheusRule is not docs/prometheus/leaklab-alerts.yml's groups: copy them over (under spec:)");
+    }
+    let mut file = saphyr::Mapping::new();
+    file.insert(Yaml::value_from_str("groups"), embedded.clone());
+    let mut text = String::new();
+    YamlEmitter::new(&mut text)
+        .dump(&Yaml::Mapping(file))
+        .context("cannot write the rule groups as YAML")?;
+    Ok(text)
+}
+
+/// How a step ended.
+#[derive(Clone, Copy, PartialEq)]
+enum Outcome {
+    Passed,
+    Failed,
+    /// Not run: a dependency is missing (never under CI).
+    Skipped,
+    /// Not run: `LEAKLAB_STYLE_GATE` is off.
+    Off,
+}
+
+/// The steps as they ran, for the table at the end.
+#[derive(Default)]
+struct Steps {
+    rows: Vec<(String, Duration, Outcome)>,
+    device_only: Vec<String>,
+}
+
+impl Steps {
+    fn run<T>(&mut self, name: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+        eprintln!("leaklab: ── {name}");
+        let started = Instant::now();
+        let result = step();
+        self.record(
+            name,
+            started.elapsed(),
+            if result.is_ok() {
+                Outcome::Passed
+            } else {
+                Outcome::Failed
+            },
+        );
+        result
+    }
+
+    fn record(&mut self, name: &str, took: Duration, outcome: Outcome) {
+        if outcome != Outcome::Off {
+            eprintln!(
+                "leaklab: ── {name}: {:.1} s{}",
+                took.as_secs_f64(),
+                if outcome == Outcome::Failed {
+                    ", FAILED"
+                } else {
+                    ""
+                }
+            );
+        }
+        self.rows.push((name.to_string(), took, outcome));
+    }
+
+    /// Makes `program` available (Debian's `package`, see [`crate::apt`]); false where it is
+    /// missing and this is not CI, an error under CI.
+    fn need(&mut self, program: &str, package: &str, for_what: &str) -> Result<bool> {
+        let name = format!("{program} (apt {package})");
+        let present = self.run(&name, || Ok(crate::apt::ensure(program, package)))?;
+        if present {
+            return Ok(true);
+        }
+        if ci() {
+            self.rows.last_mut().expect("just recorded").2 = Outcome::Failed;
+            bail!("{program} is missing and could not be installed (apt-get install {package}), and CI=true: {for_what} cannot run");
+        }
+        eprintln!("leaklab: SKIPPED {for_what}: {program} is not installed and could not be (apt-get install {package})");
+        self.rows.last_mut().expect("just recorded").2 = Outcome::Skipped;
+        Ok(false)
+    }
+
+    fn print(&self) {
+        let total: Duration = self.rows.iter().map(|r| r.1).sum();
+        let width = self
+            .rows
+            .iter()
+            .map(|r| r.0.chars().count())
+            .max()
+            .unwrap_or(4)
+            .max(5);
+        println!("\n{:<width$}  {:>7}  result", "step", "seconds");
+        println!("{:-<width$}  {:-<7}  {:-<7}", "", "", "");
+        for (name, took, outcome) in &self.rows {
+            let result = match outcome {
+                Outcome::Passed => "ok",
+                Outcome::Failed => "FAILED",
+                Outcome::Skipped => "SKIPPED",
+                Outcome::Off => "off (LEAKLAB_STYLE_GATE=1 turns it on)",
+            };
+            println!("{name:<width$}  {:>7.1}  {result}", took.as_secs_f64());
+        }
+        println!("{:<width$}  {:>7.1}", "total", total.as_secs_f64());
+        if !self.device_only.is_empty() {
+            println!(
+                "\nNot run here, run by the device check (gpu-check.sh): {} tests",
+                self.device_only.len()
+            );
+            for test in &self.device_only {
+                println!("  {test}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: &str = "# comment\ngroups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up == 0\n        for: 5m\n";
+
+    #[test]
+    fn the_rule_groups_compare_parsed_not_as_text() {
+        // The same groups, laid out as a manifest does: indented, flow style, other quotes.
+        let monitoring = "kind: PodMonitor\nspec: {}\n---\napiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nspec:\n  groups:\n  - name: 'g'\n    rules: [{alert: A, expr: \"up == 0\", for: 5m}]\n";
+        let groups = same_rule_groups(RULES, monitoring).unwrap();
+        assert_eq!(
+            Yaml::load_from_str(&groups).unwrap()[0],
+            Yaml::load_from_str(RULES).unwrap()[0]
+        );
+        let changed = monitoring.replace("for: 5m", "for: 10m");
+        assert!(same_rule_groups(RULES, &changed)
+            .unwrap_err()
+            .to_string()
+            .contains("copy them over"));
+        assert!(same_rule_groups(RULES, "kind: PodMonitor\n")
+            .unwrap_err()
+            .to_string()
+            .contains("no PrometheusRule"));
+    }
+
+    #[test]
+    fn nextests_default_filter_leaves_out_the_gpu_binary() {
+        let config =
+            std::fs::read_to_string(workspace_root().join(".config/nextest.toml")).unwrap();
+        assert!(
+            config.contains(&format!(
+                "\ndefault-filter = 'not binary_id({GPU_BINARY})'\n"
+            )),
+            "{config}"
+        );
+    }
+
+    #[test]
+    fn the_device_only_tests_are_read_from_nextests_list() {
+        // Trimmed from `cargo nextest list --run-ignored all --message-format json`.
+        let json = r#"{"rust-build-meta":{},"test-count":4,"rust-suites":{
+            "leaklab-service::gpu":{"binary-path":"/t/debug/deps/gpu-1","testcases":{"graph_leaks_on_cuda":{"ignored":false,"filter-match":{"status":"matches"}}}},
+            "leaklab-probe::devices":{"binary-path":"/t/debug/deps/devices-2","testcases":{"cuda_figures":{"ignored":true,"filter-match":{"status":"matches"}},"cpu_figures":{"ignored":false,"filter-match":{"status":"matches"}}}}}}"#;
+        let device = parse_list(json).unwrap();
+        assert_eq!(device.gpu_binary, PathBuf::from("/t/debug/deps/gpu-1"));
+        assert_eq!(
+            device.tests,
+            [
+                "leaklab-probe::devices cuda_figures",
+                "leaklab-service::gpu graph_leaks_on_cuda"
+            ]
+        );
+        assert!(
+            parse_list(r#"{"rust-suites":{}}"#).is_err(),
+            "a list without the GPU binary is an error"
+        );
+        let unlisted =
+            r#"{"rust-suites":{"leaklab-service::gpu":{"binary-path":"/t/gpu-1","testcases":{}}}}"#;
+        assert!(
+            parse_list(unlisted).is_err(),
+            "a GPU binary without tests is an error"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! House rules, checked as a test (rust-analyzer's `tidy`): every source file opens with a `//!`
-//! doc, no test carries an ignore attribute, no trailing whitespace, every deliberate leak has
+//! doc, a test is ignored only as `#[ignore = "needs a GPU"]` (the device check runs those; the
+//! tidy run prints them), no trailing whitespace, every deliberate leak has
 //! its fix in the same file, the code map names every crate, a probe's name is written only in
 //! `Probe::name`, no xtask task imports another task's module, and the layering holds: the
 //! libtorch-free side (the xtask included) has no `torch-sys` anywhere in its dependency tree.
@@ -35,20 +36,91 @@ mod tests {
 
     #[test]
     fn every_source_file_opens_with_a_doc_comment() {
-        let missing: Vec<_> = sources().into_iter().filter(|p| !std::fs::read_to_string(p).unwrap().starts_with("//!")).collect();
-        assert!(missing.is_empty(), "files without a leading //! doc: {missing:?}");
+        let missing: Vec<_> = sources()
+            .into_iter()
+            .filter(|p| !std::fs::read_to_string(p).unwrap().starts_with("//!"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "files without a leading //! doc: {missing:?}"
+        );
+    }
+
+    /// The one reason a test may be ignored: it needs a GPU, and the device check runs it
+    /// (`--include-ignored`). Any other ignore (bare, another reason, through `cfg_attr`) hides
+    /// a test from CI and is refused.
+    const GPU_IGNORE: &str = "#[ignore = \"needs a GPU\"]";
+
+    /// Every `path:line` that ignores a test, and whether it is the allowed attribute.
+    fn ignores(path: &Path, text: &str) -> Vec<(String, bool)> {
+        let attribute = ["#[", "ignore"].concat();
+        let mut found = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            let bare = code.contains(&attribute)
+                || (code.contains("cfg_attr(") && code.contains("ignore"));
+            if bare {
+                found.push((format!("{}:{}", path.display(), i + 1), code == GPU_IGNORE));
+            }
+        }
+        found
     }
 
     #[test]
-    fn no_ignored_tests_and_no_trailing_whitespace() {
-        let ignore = ["#[", "ignore]"].concat();
+    fn tests_are_ignored_only_as_needing_a_gpu_and_no_trailing_whitespace() {
+        let mut allowed = Vec::new();
         for path in sources() {
             let text = std::fs::read_to_string(&path).unwrap();
-            assert!(!text.contains(&ignore), "{} ignores a test", path.display());
+            // This file writes the attributes out, to look for them.
+            let scanned = if path.ends_with("xtask/src/tidy.rs") {
+                Vec::new()
+            } else {
+                ignores(&path, &text)
+            };
+            for (place, ok) in scanned {
+                assert!(ok, "{place} ignores a test: only `{GPU_IGNORE}` is allowed, on a line of its own (the device check runs those)");
+                allowed.push(place);
+            }
             for (i, line) in text.lines().enumerate() {
-                assert_eq!(line.trim_end(), line, "{}:{} has trailing whitespace", path.display(), i + 1);
+                assert_eq!(
+                    line.trim_end(),
+                    line,
+                    "{}:{} has trailing whitespace",
+                    path.display(),
+                    i + 1
+                );
             }
         }
+        // Printed for the run's log (`cargo xtask test` runs tidy with --nocapture).
+        eprintln!(
+            "tidy: {} test(s) ignored as needing a GPU{}{}",
+            allowed.len(),
+            if allowed.is_empty() { "" } else { ": " },
+            allowed.join(", ")
+        );
+    }
+
+    #[test]
+    fn only_the_gpu_reason_passes_the_ignore_rule() {
+        let path = Path::new("t.rs");
+        let verdicts = |text: &str| {
+            ignores(path, text)
+                .into_iter()
+                .map(|(_, ok)| ok)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(verdicts(&format!("    {GPU_IGNORE}\nfn f() {{}}")), [true]);
+        let bare = ["#[", "ignore]"].concat();
+        let other = ["#[", "ignore = \"slow\"]"].concat();
+        let spaced = ["#[", "ignore=\"needs a GPU\"]"].concat();
+        let conditional = "#[cfg_attr(not(feature = \"x\"), ignore)]";
+        for text in [bare.as_str(), &other, &spaced, conditional] {
+            assert_eq!(verdicts(text), [false], "{text}");
+        }
+        assert!(verdicts(&format!("// {bare} in a comment")).is_empty());
     }
 
     #[test]
@@ -60,7 +132,11 @@ mod tests {
                 let (leak, fix) = (format!("LEAK({cause})"), format!("FIX({cause})"));
                 if text.contains(&leak) {
                     leaks += 1;
-                    assert!(text.contains(&fix), "{} marks {leak} without its {fix} twin", path.display());
+                    assert!(
+                        text.contains(&fix),
+                        "{} marks {leak} without its {fix} twin",
+                        path.display()
+                    );
                 }
             }
         }
@@ -70,45 +146,84 @@ mod tests {
     #[test]
     fn the_code_map_names_every_crate() {
         let root = workspace_root();
-        let map = std::fs::read_to_string(root.join("docs/architecture.md")).expect("docs/architecture.md exists");
+        let map = std::fs::read_to_string(root.join("docs/architecture.md"))
+            .expect("docs/architecture.md exists");
         for entry in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            assert!(map.contains(&format!("crates/{name}")), "docs/architecture.md does not mention crates/{name}");
+            assert!(
+                map.contains(&format!("crates/{name}")),
+                "docs/architecture.md does not mention crates/{name}"
+            );
         }
     }
 
     /// The libtorch-free side: what installs without a torch install, and the xtask, which
     /// provisions libtorch and so must build without it. Every crate is on one side or the
     /// other, so a new crate has to be placed.
-    const LIBTORCH_FREE: [&str; 11] =
-        ["leaklab-vocab", "leaklab-proc", "leaklab-detect", "leaklab-report", "leaklab-runner", "leaklab-client", "leaklab-snapshot", "leaklab-scan", "leaklab-fleet", "leaklab", "xtask"];
-    const TORCH_SIDE: [&str; 4] = ["leaklab-probe", "leaklab-model", "leaklab-service", "leaklab-exercises"];
+    const LIBTORCH_FREE: [&str; 11] = [
+        "leaklab-vocab",
+        "leaklab-proc",
+        "leaklab-detect",
+        "leaklab-report",
+        "leaklab-runner",
+        "leaklab-client",
+        "leaklab-snapshot",
+        "leaklab-scan",
+        "leaklab-fleet",
+        "leaklab",
+        "xtask",
+    ];
+    const TORCH_SIDE: [&str; 4] = [
+        "leaklab-probe",
+        "leaklab-model",
+        "leaklab-service",
+        "leaklab-exercises",
+    ];
 
+    /// The workspace's packages, as cargo reads the manifests (`cargo metadata`).
     fn package_names() -> Vec<String> {
-        let root = workspace_root();
-        let mut names = Vec::new();
-        for dir in ["crates", "lab", "."] {
-            for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
-                let manifest = if dir == "." { root.join("xtask/Cargo.toml") } else { entry.path().join("Cargo.toml") };
-                if let Ok(text) = std::fs::read_to_string(&manifest) {
-                    if let Some(name) = text.lines().find_map(|l| l.strip_prefix("name = \"").and_then(|r| r.strip_suffix('"'))) {
-                        names.push(name.to_string());
-                    }
-                }
-                if dir == "." {
-                    break;
-                }
-            }
+        #[derive(serde::Deserialize)]
+        struct Metadata {
+            packages: Vec<Package>,
         }
+        #[derive(serde::Deserialize)]
+        struct Package {
+            name: String,
+        }
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(workspace_root())
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .output()
+            .expect("cargo metadata runs");
+        assert!(
+            out.status.success(),
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let metadata: Metadata =
+            serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+        let mut names: Vec<String> = metadata.packages.into_iter().map(|p| p.name).collect();
         names.sort();
-        names.dedup();
+        assert!(
+            names.len() >= LIBTORCH_FREE.len(),
+            "cargo metadata lists {names:?}"
+        );
         names
     }
 
     #[test]
     fn every_crate_is_placed_on_one_side_of_the_libtorch_line() {
         for name in package_names() {
-            assert!(LIBTORCH_FREE.contains(&name.as_str()) ^ TORCH_SIDE.contains(&name.as_str()), "{name}: add it to LIBTORCH_FREE or TORCH_SIDE in xtask/src/tidy.rs");
+            assert!(
+                LIBTORCH_FREE.contains(&name.as_str()) ^ TORCH_SIDE.contains(&name.as_str()),
+                "{name}: add it to LIBTORCH_FREE or TORCH_SIDE in xtask/src/tidy.rs"
+            );
         }
     }
 
@@ -117,11 +232,26 @@ mod tests {
     fn dependency_tree(name: &str) -> String {
         let out = std::process::Command::new(env!("CARGO"))
             .current_dir(workspace_root())
-            .args(["tree", "--offline", "--package", name, "--edges", "normal,build", "--prefix", "none", "--format", "{p}"])
+            .args([
+                "tree",
+                "--offline",
+                "--package",
+                name,
+                "--edges",
+                "normal,build",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}",
+            ])
             .output()
             .expect("cargo tree runs");
         let tree = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success() && tree.contains(name), "cargo tree -p {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && tree.contains(name),
+            "cargo tree -p {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         tree
     }
 
@@ -129,8 +259,18 @@ mod tests {
     fn the_libtorch_free_side_has_no_torch_sys_in_its_tree() {
         for name in LIBTORCH_FREE {
             let tree = dependency_tree(name);
-            let torch: Vec<&str> = tree.lines().filter(|l| l.starts_with("torch-sys ") || l.starts_with("tch ") || l.starts_with("leaklab-probe ")).collect();
-            assert!(torch.is_empty(), "{name} depends on libtorch through {torch:?}");
+            let torch: Vec<&str> = tree
+                .lines()
+                .filter(|l| {
+                    l.starts_with("torch-sys ")
+                        || l.starts_with("tch ")
+                        || l.starts_with("leaklab-probe ")
+                })
+                .collect();
+            assert!(
+                torch.is_empty(),
+                "{name} depends on libtorch through {torch:?}"
+            );
         }
     }
 
@@ -139,10 +279,22 @@ mod tests {
     /// fleet scan no plots.
     #[test]
     fn the_detector_draws_nothing_and_the_fleet_no_plots() {
-        for (name, absent) in [("leaklab-detect", &["plotters", "image", "maud", "indicatif", "tempfile"][..]), ("leaklab-fleet", &["plotters", "image"][..])] {
+        for (name, absent) in [
+            (
+                "leaklab-detect",
+                &["plotters", "image", "maud", "indicatif", "tempfile"][..],
+            ),
+            ("leaklab-fleet", &["plotters", "image"][..]),
+        ] {
             let tree = dependency_tree(name);
-            let found: Vec<&str> = tree.lines().filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} ")))).collect();
-            assert!(found.is_empty(), "{name} depends on {found:?}: ask leaklab-report for fewer features");
+            let found: Vec<&str> = tree
+                .lines()
+                .filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} "))))
+                .collect();
+            assert!(
+                found.is_empty(),
+                "{name} depends on {found:?}: ask leaklab-report for fewer features"
+            );
         }
     }
 
@@ -153,16 +305,34 @@ mod tests {
     #[test]
     fn a_probes_name_is_written_only_in_probe_name() {
         let home = workspace_root().join("crates/vocab/src/probe.rs");
-        let names = ["cpu_allocator_live", "malloc_heap", "cuda_allocated", "cuda_reserved", "nvml_process"];
+        let names = [
+            "cpu_allocator_live",
+            "malloc_heap",
+            "cuda_allocated",
+            "cuda_reserved",
+            "nvml_process",
+        ];
         let home_text = std::fs::read_to_string(&home).unwrap();
         for name in names {
-            assert_eq!(home_text.matches(&format!("\"{name}\"")).count(), 1, "{}: `{name}` is written once, in Probe::name", home.display());
+            assert_eq!(
+                home_text.matches(&format!("\"{name}\"")).count(),
+                1,
+                "{}: `{name}` is written once, in Probe::name",
+                home.display()
+            );
         }
         // This file names them too, to look for them.
-        for path in sources().into_iter().filter(|p| *p != home && !p.ends_with("xtask/src/tidy.rs")) {
+        for path in sources()
+            .into_iter()
+            .filter(|p| *p != home && !p.ends_with("xtask/src/tidy.rs"))
+        {
             let text = std::fs::read_to_string(&path).unwrap();
             for name in names {
-                assert!(!text.contains(&format!("\"{name}\"")), "{} writes the probe name \"{name}\": use Probe::{{..}}.name()", path.display());
+                assert!(
+                    !text.contains(&format!("\"{name}\"")),
+                    "{} writes the probe name \"{name}\": use Probe::{{..}}.name()",
+                    path.display()
+                );
             }
         }
     }
@@ -177,17 +347,108 @@ mod tests {
     fn no_xtask_task_imports_another_tasks_module() {
         let src = workspace_root().join("xtask/src");
         let main = std::fs::read_to_string(src.join("main.rs")).unwrap();
-        let declared: Vec<&str> = main.lines().filter_map(|l| l.strip_prefix("mod ").and_then(|r| r.strip_suffix(';'))).collect();
+        let declared: Vec<&str> = main
+            .lines()
+            .filter_map(|l| l.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')))
+            .collect();
         for module in &declared {
             assert!(XTASK_TASKS.contains(module) ^ XTASK_HELPERS.contains(module) ^ (*module == "tidy"), "xtask module `{module}`: add it to XTASK_TASKS or XTASK_HELPERS in xtask/src/tidy.rs");
         }
         for task in XTASK_TASKS {
             let text = std::fs::read_to_string(src.join(format!("{task}.rs"))).unwrap();
-            for other in declared.iter().filter(|m| !XTASK_HELPERS.contains(m) && **m != task) {
-                for import in [format!("crate::{other}::"), format!("crate::{other};"), format!("crate::{other}}}"), format!("crate::{other},")] {
+            for other in declared
+                .iter()
+                .filter(|m| !XTASK_HELPERS.contains(m) && **m != task)
+            {
+                for import in [
+                    format!("crate::{other}::"),
+                    format!("crate::{other};"),
+                    format!("crate::{other}}}"),
+                    format!("crate::{other},"),
+                ] {
                     assert!(!text.contains(&import), "xtask/src/{task}.rs imports the `{other}` task ({import}): move what both need into a helper");
                 }
             }
         }
+    }
+
+    /// The snapshot crate is layered one way: a module names (`crate::` paths, in `use` lines
+    /// or inline) only modules of its own layer or below. `lib` is the crate root, and any
+    /// `crate::Item` that is not a module is the root's.
+    #[test]
+    fn the_snapshot_crate_is_layered_one_way() {
+        const SNAPSHOT_LAYERS: [&[&str]; 4] = [
+            &["pickle"],
+            &["model", "build", "record"],
+            &["explain", "diff"],
+            &["trim", "render", "report", "lib"],
+        ];
+        let layer = |module: &str| SNAPSHOT_LAYERS.iter().position(|l| l.contains(&module));
+        // The first segment of every `crate::` path in the code (comments left out).
+        fn named(text: &str) -> Vec<String> {
+            let code: String = text
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let ident = |s: &str| {
+                s.trim_start()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            };
+            let mut out = Vec::new();
+            for (at, _) in code.match_indices("crate::") {
+                if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
+                    continue;
+                }
+                let rest = &code[at + "crate::".len()..];
+                match rest.strip_prefix('{') {
+                    Some(group) => {
+                        let (mut depth, mut start) = (0, 0);
+                        for (i, c) in group.char_indices() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => {
+                                    out.push(ident(&group[start..i]));
+                                    break;
+                                }
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => {
+                                    out.push(ident(&group[start..i]));
+                                    start = i + 1;
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    None => out.push(ident(rest)),
+                }
+            }
+            out.retain(|m| !m.is_empty());
+            out
+        }
+        // The checker catches both forms, and not what a comment says.
+        let sample = "use crate::{explain::View, model::{Since, Snapshot}};\nlet t = crate::trim::trim(); // crate::report\n";
+        assert_eq!(named(sample), ["explain", "model", "trim"]);
+        let src = workspace_root().join("crates/snapshot/src");
+        let mut wrong = Vec::new();
+        for entry in std::fs::read_dir(&src).unwrap().flatten() {
+            let path = entry.path();
+            let module = path.file_stem().unwrap().to_string_lossy().to_string();
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let own = layer(&module).unwrap_or_else(|| panic!("crates/snapshot/src/{module}.rs is in no layer: add it to SNAPSHOT_LAYERS in xtask/src/tidy.rs"));
+            for name in named(&std::fs::read_to_string(&path).unwrap()) {
+                let theirs = layer(&name).unwrap_or(SNAPSHOT_LAYERS.len() - 1);
+                if theirs > own {
+                    wrong.push(format!(
+                        "{module}.rs (layer {own}) names crate::{name} (layer {theirs})"
+                    ));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "the snapshot crate imports upward (layers, lowest first: {SNAPSHOT_LAYERS:?}): {wrong:#?}");
     }
 }

@@ -1,9 +1,9 @@
 //! The bench's code paths with tiny counts: the Rust service and its Python twin both serve,
-//! and the twin's leaks are on the same scale as Rust's. Timings are never asserted.
+//! and the twin's graph leak keeps what Rust's keeps on the heap. Timings are never asserted.
 
 mod common;
 
-use common::leaklab;
+use common::lab;
 
 #[test]
 fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
@@ -11,7 +11,7 @@ fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench.md");
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let output = leaklab()
+    let output = lab()
         .current_dir(root)
         .args(["bench", "--requests", "40", "--leak-requests", "60", "--concurrency", "2", "--python", &python, "--criterion-dir"])
         .arg(dir.path().join("no-criterion-here"))
@@ -30,11 +30,16 @@ fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
     assert_eq!(leaks.len(), 3);
     let graph = &leaks[0];
     assert_eq!(graph["rust_allocator_bytes_per_request"], 81_920.0);
-    // The twin keeps the same activations: on the heap, at least the 81,920 bytes the exact
-    // allocator sees in Rust, and not several times more. (Short runs: the heap is noisy.)
+    // The twin keeps the same activations as the Rust service: on the heap, the 81,920 bytes
+    // the exact allocator counts in Rust and the allocator's own overhead, in both. Measured
+    // over 4 runs: Python 89,001 to 89,034 B, Rust 88,247 to 88,559 B (the bench's 150
+    // requests: 89,010 and 89,120). From the exact figure to 1 % over the highest reading, so
+    // that a twin or a service keeping a tenth more is caught.
     let p = graph["python_heap_bytes_per_request"].as_f64().unwrap();
-    assert!(p > 81_920.0 * 0.9 && p < 81_920.0 * 3.0, "python heap {p} B/request");
-    assert!(graph["rust_heap_bytes_per_request"].as_f64().unwrap() > 81_920.0 * 0.9);
+    let r = graph["rust_heap_bytes_per_request"].as_f64().unwrap();
+    eprintln!("graph-leaky on the heap: Rust {r:.0} B/request, Python {p:.0} B/request");
+    assert!((81_920.0..90_000.0).contains(&p), "python heap {p} B/request");
+    assert!((81_920.0..90_000.0).contains(&r), "rust heap {r} B/request");
     let md = std::fs::read_to_string(&out).unwrap();
     assert!(md.contains("Rust / Python") && md.contains("Cross-check"));
 }

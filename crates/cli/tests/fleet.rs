@@ -2,11 +2,12 @@
 //! fleet's team runs it: a data folder backfilled with `promtool tsdb create-blocks-from
 //! openmetrics` from the synthetic fleet (every dirty pattern, 204 pods over 12 h), and a live
 //! server scraping two of the lab's services on loopback while `leaklab scan` drives them.
-//! Without the server (not installed and not installable) each test says SKIPPED loudly.
+//! Without the server (not installed and not installable) each test fails under CI and says
+//! SKIPPED loudly elsewhere.
 
 mod common;
 
-use common::{body, leaklab, rust};
+use common::{body, leaklab, rust, skip_missing};
 use leaklab_fleet::synthetic::{self, Pattern};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -70,11 +71,12 @@ fn fleet_scan(server: &str, out: &Path, args: &[&str]) -> (i32, serde_json::Valu
     (output.status.code().unwrap_or(-1), report, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// Whether `what` must be skipped: the server is missing (and this is not CI, where that fails).
 fn skip(what: &str) -> bool {
     if installed("prometheus") && installed("promtool") {
         return false;
     }
-    eprintln!("SKIPPED {what}: prometheus and promtool are not installed (apt-get install prometheus; `cargo xtask test` installs it as root)");
+    skip_missing(what, "Debian's prometheus (prometheus and promtool: apt-get install prometheus; `cargo xtask test` installs it as root)");
     true
 }
 
@@ -155,68 +157,92 @@ fn a_live_prometheus_scraping_a_leaky_and_a_fixed_service_tells_them_apart() {
     let target = |s: &common::Service, variant: &str| format!("      - targets: ['{}']\n        labels: {{ pod: {variant} }}\n", s.base.trim_start_matches("http://"));
     let config = format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: leaklab\n    static_configs:\n{}{}", target(&leaky, "refs-leaky"), target(&fixed, "refs-fixed"));
     let server = Prometheus::start(dir.path(), &config);
-    // Load for 90 s on both, with `leaklab scan` itself as the driver, paced: Prometheus judges
-    // memory over time, so the leak must grow steadily in time. Unpaced, each driver sent as
-    // fast as its service answered, and on a 2-core machine shared with other tests that rate
-    // fell from 170 to 100 requests a second within one run: the floor's steps shrank by 40 %,
-    // the noise read from them grew to 15 MB, and a real leak read "plateau" in a CI rehearsal.
-    // 40 a second is a fraction of what either service answers there.
-    let body = body(dir.path());
-    let drive = |s: &common::Service, name: &str| {
-        leaklab()
-            .args(["scan", &format!("{}/v1/infer", s.base), "--header", "content-type: application/json", "--requests", "1000000", "--max-requests", "1000000", "--warmup", "0", "--time-limit", "90s", "--pace", "40", "--pid", &s.pid(), "--json", "--out"])
-            .arg(dir.path().join(name))
-            .arg("--body")
-            .arg(&body)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut drivers = [drive(&leaky, "drive-leaky"), drive(&fixed, "drive-fixed")];
-    for d in &mut drivers {
-        let status = d.wait().unwrap();
-        assert!(status.code().is_some_and(|c| c <= 1), "the load driver failed: {status}");
+    // Load on both, paced: Prometheus judges memory over time, so the leak must grow steadily
+    // in time. Unpaced drivers' rates fell from 170 to 100 requests a second within a run on a
+    // 2-core machine shared with other tests, and a real leak read "plateau"; `leaklab scan` as
+    // the driver at 40 a second for 90 s missed its slope's 2 % twice beside other tests, and
+    // kept only 6 to 8 of 10 a second at a load average of 12 (each answer followed by a read
+    // of the service's smaps_rollup). The drivers are now threads that send and read one request
+    // at a time on a kept-alive connection, at PACE a second, a late one sent at once. And the
+    // figure is judged against the requests counted in the same scrapes, not against the pace.
+    const PACE: u32 = 5;
+    // The range: 30 points a second apart that the detector needs, and more, every one of them
+    // and its 5 s rate window under load (from the start or after the end of the load, rate()
+    // read the rate 4 % low, and each request 4 % heavy).
+    const SECONDS: u32 = 45;
+    let body = std::fs::read(body(dir.path())).unwrap();
+    let drivers = [paced(&leaky.base, &body, PACE, SECONDS), paced(&fixed.base, &body, PACE, SECONDS)];
+    for d in drivers {
+        assert_eq!(d.join().unwrap(), PACE * SECONDS, "every request answered 200");
     }
-    let end = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64().floor() - 1.0;
-    let (code, report, stderr) = fleet_scan(
-        &server.url,
-        &dir.path().join("live"),
-        &[
-            "--query",
-            "leaklab_memory_bytes{probe=\"cpu_allocator_live\"}",
-            "--rate-query",
-            "rate(leaklab_requests_total{outcome=\"ok\"}[5s])",
-            "--range",
-            "85s",
-            "--step",
-            "1s",
-            "--end",
-            &end.to_string(),
-            "--capacity",
-            "2GiB",
-            "--fail-if-oom-within",
-            "1d",
-        ],
-    );
-    let pod = |name: &str| report["pods"].as_array().unwrap().iter().find(|p| p["labels"]["pod"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {report} ({stderr})"));
-    let (l, f) = (pod("refs-leaky"), pod("refs-fixed"));
+    let end = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64().floor() - 2.0).to_string();
+    let range = format!("{}s", SECONDS - 10);
+    let judge = |name: &str, query: &str| fleet_scan(&server.url, &dir.path().join(name), &["--query", query, "--range", &range, "--step", "1s", "--end", &end, "--capacity", "2GiB", "--fail-if-oom-within", "1d", "--rate-query", "rate(leaklab_requests_total{outcome=\"ok\"}[5s])"]);
+    let (code, report, stderr) = judge("live", "leaklab_memory_bytes{probe=\"cpu_allocator_live\"}");
+    let pod = |report: &serde_json::Value, name: &str| report["pods"].as_array().unwrap().iter().find(|p| p["labels"]["pod"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {report} ({stderr})"));
+    let (l, f) = (pod(&report, "refs-leaky"), pod(&report, "refs-fixed"));
     let slope = &l["judged"]["judgement"]["slope"];
     eprintln!("refs-leaky from Prometheus: {} B/s, bound {} to {}, {} points, {} B/request", slope["bytes_per_request"], slope["low"], slope["high"], l["points"], l["bytes_per_request"]);
     assert_eq!(l["judged"]["judgement"]["verdict"], "leak", "{l}");
     assert_eq!(l["ops"], "fail", "2 GiB runs out within a day at this rate: {l}");
     assert_ne!(f["judged"]["judgement"]["verdict"], "leak", "{f}");
     assert_eq!(code, 1, "{stderr}");
-    // refs-leaky keeps each answer, 8 rows × 512 floats = 16,384 B a request on the exact gauge:
-    // at 40 requests a second, 655,360 B/s, which five runs read to the byte (two of them
-    // beside the scan tests). Per request is that slope over the mean of Prometheus's
-    // rate(...[5s]), which reads the paced rate a little low: 16,548, 16,675, 16,584, 16,641 and
-    // 16,608 B.
-    let per_second = slope["bytes_per_request"].as_f64().unwrap();
-    assert!((per_second / 655_360.0 - 1.0).abs() < 0.02, "{per_second} B/s, expected 40 × 16,384");
-    let per_request = l["bytes_per_request"].as_f64().unwrap();
-    // From just under the truth to 2 % over the highest reading.
-    assert!((16_300.0..17_000.0).contains(&per_request), "{per_request} B/request, expected 16,384 (Prometheus's rate a little low)");
+    // refs-leaky keeps each answer, 8 rows × 512 floats = 16,384 B a request on the exact gauge.
+    // The requests it answered, counted in the same scrapes and judged the same way, give that
+    // figure however well the pace was kept. Measured in 9 runs at a load average of 11 to 20
+    // on 2 cores (other helpers' builds and tests, the other fleet tests, the bench): 16,384 B
+    // to the byte in 5, 16,082 in 3, 16,582 in 1. A scrape during a request sees its
+    // temporaries, so a floor may be the sample a request later: one request of the 40 between
+    // floors, 2.5 %.
+    let (_, counted, stderr) = judge("requests", "leaklab_requests_total{outcome=\"ok\"}");
+    let per_second = |pod: &serde_json::Value| pod["judged"]["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap();
+    let requests_per_second = per_second(&pod(&counted, "refs-leaky"));
+    let per_request = per_second(&l) / requests_per_second;
+    eprintln!("refs-leaky: {requests_per_second} requests a second, {per_request} B/request");
+    assert!((per_request / 16_384.0 - 1.0).abs() < 0.025, "{per_request} B/request, expected 16,384 ({stderr})");
+    // And time is read in seconds: the counter climbs at PACE a second (5 to the request in 5
+    // of the 9 runs, 5.09 in 3, 5.17 in 1).
+    assert!((requests_per_second / f64::from(PACE) - 1.0).abs() < 0.05, "{requests_per_second} requests a second, paced at {PACE}");
+    // The --rate-query's figure, the slope over the mean of rate(...[5s]), which reads a paced
+    // rate a little low: 16,535 to 17,198 B in the same 9 runs (16,548 to 16,675 at 40 a
+    // second over 85 s before), never under the truth.
+    let by_rate = l["bytes_per_request"].as_f64().unwrap();
+    assert!((16_384.0..17_400.0).contains(&by_rate), "{by_rate} B/request by the rate query, expected a little over 16,384");
+}
+
+/// Sends `body` to `base`/v1/infer, `pace` requests a second for `seconds`, one at a time on a
+/// kept-alive connection, a late request sent at once so the mean rate holds. Returns how many
+/// were answered 200.
+fn paced(base: &str, body: &[u8], pace: u32, seconds: u32) -> std::thread::JoinHandle<u32> {
+    use std::io::{BufRead, Read, Write};
+    let (address, body) = (base.trim_start_matches("http://").to_string(), body.to_vec());
+    std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        let mut answers = std::io::BufReader::new(stream.try_clone().unwrap());
+        let (start, mut ok) = (Instant::now(), 0);
+        for i in 0..pace * seconds {
+            let due = start + Duration::from_secs_f64(f64::from(i) / f64::from(pace));
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let head = format!("POST /v1/infer HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+            stream.write_all(&[head.as_bytes(), &body].concat()).unwrap();
+            let mut line = String::new();
+            answers.read_line(&mut line).unwrap();
+            ok += u32::from(line.starts_with("HTTP/1.1 200"));
+            let mut length = 0;
+            loop {
+                line.clear();
+                answers.read_line(&mut line).unwrap();
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+            answers.by_ref().take(length).read_to_end(&mut Vec::new()).unwrap();
+        }
+        ok
+    })
 }
 
 #[test]

@@ -1,16 +1,17 @@
-//! `leaklab run-lab` end to end: real service processes, real HTTP, real libtorch. The stable
-//! parts of the verdict table are a snapshot, so a change that reintroduces a leak, or breaks a
-//! leaky variant's leak, fails `cargo xtask test`.
+//! `leaklab-lab run-lab` end to end: real service processes, real HTTP, real libtorch. The
+//! stable parts of the verdict table are a snapshot, so a change that reintroduces a leak, or
+//! breaks a leaky variant's leak, fails `cargo xtask test`.
 
 mod common;
 
-use common::leaklab;
-use leaklab_vocab::Stage;
+use common::lab;
+use leaklab_vocab::{Device, Stage};
+use std::process::Command;
 
 #[test]
 fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
     let out = tempfile::tempdir().unwrap();
-    let output = leaklab()
+    let output = lab()
         .args(["run-lab", "--json", "--device", "cpu", "--warmup", "10", "--requests", "60", "--memory-history", "5000", "--out"])
         .arg(out.path())
         .output()
@@ -69,31 +70,40 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
     assert!(leftovers.is_empty(), "temporary files left behind");
 }
 
-#[test]
-fn run_lab_refuses_cuda_without_a_gpu_with_a_clear_message_and_exit_2() {
-    let output = leaklab().args(["run-lab", "--device", "cuda", "--variant", "baseline"]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if output.status.success() {
-        return; // A CUDA host: the gpu-tests' ground.
+/// Whether this machine has a CUDA device, as PyTorch says (the libtorch the service links,
+/// asked by another program): the test's own answer, not the one under test.
+fn cuda_present() -> bool {
+    let out = Command::new(common::python()).args(["-c", "import torch; print(torch.cuda.is_available())"]).output().unwrap();
+    match String::from_utf8_lossy(&out.stdout).trim() {
+        "True" => true,
+        "False" => false,
+        other => panic!("torch.cuda.is_available() said {other:?}: {}", String::from_utf8_lossy(&out.stderr)),
     }
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+}
+
+/// `--device cuda` runs on CUDA where there is one, and is refused elsewhere: a run that falls
+/// back to the CPU fails this test on either kind of machine.
+#[test]
+fn run_lab_runs_on_cuda_only_where_there_is_one_and_refuses_it_elsewhere_with_exit_2() {
+    let out = tempfile::tempdir().unwrap();
+    let output = lab().args(["run-lab", "--json", "--device", "cuda", "--variant", "baseline", "--warmup", "2", "--requests", "10", "--out"]).arg(out.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if cuda_present() {
+        assert!(output.status.success(), "a CUDA host: {stderr}");
+        let report: leaklab_runner::LabReport = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report.device, Device::Cuda, "asked for CUDA on a CUDA host");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(2), "no CUDA here, yet: {stderr}\n{}", String::from_utf8_lossy(&output.stdout));
     assert!(stderr.contains("CUDA not available"), "{stderr}");
 }
 
+/// The wheel's `leaklab` is the instrument: the lab's commands are `leaklab-lab`'s alone.
 #[test]
-fn a_missing_service_binary_is_named_with_the_way_to_build_it() {
-    let output = leaklab().env("LEAKLAB_SERVICE", "/nonexistent/leaklab-service").args(["run-lab"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("cargo build --release -p leaklab-service"), "{}", String::from_utf8_lossy(&output.stderr));
-}
-
-#[test]
-fn unknown_variants_and_devices_are_named_with_the_known_ones() {
-    let output = leaklab().args(["run-lab", "--variant", "nope"]).output().unwrap();
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("known: graph-leaky"));
-    // The device is a vocabulary type from the flag on: refused before any service starts.
-    let output = leaklab().env("LEAKLAB_SERVICE", "/nonexistent/leaklab-service").args(["run-lab", "--device", "gpu"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown device `gpu`: use cpu, cuda or auto"), "{}", String::from_utf8_lossy(&output.stderr));
+fn the_instruments_binary_has_none_of_the_labs_commands() {
+    for sub in ["run-lab", "soak", "bench"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_leaklab")).arg(sub).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "leaklab {sub}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(&format!("unrecognized subcommand '{sub}'")), "leaklab {sub}: {}", String::from_utf8_lossy(&output.stderr));
+    }
 }

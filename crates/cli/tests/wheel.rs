@@ -2,7 +2,8 @@
 //! environment that holds nothing else (not the torch venv) and fetches nothing (`--no-index`),
 //! `leaklab` on PATH and behind `python -m leaklab`, the package importable without torch, and
 //! one real `leaklab scan` of the lab's Python twin from the installed binary.
-//! `cargo xtask test` builds the wheel first and names it in LEAKLAB_WHEEL.
+//! `cargo xtask test` packs the wheel from its dev build first and names it in LEAKLAB_WHEEL
+//! (tagged `linux_x86_64`; `cargo xtask wheel` builds and checks the manylinux_2_28 release one).
 
 mod common;
 
@@ -36,7 +37,7 @@ fn install(dir: &Path) -> PathBuf {
 #[test]
 fn the_wheel_installs_into_an_empty_venv_and_its_binary_scans_the_twin() {
     let name = wheel().file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("leaklab-") && name.ends_with("-py3-none-manylinux_2_28_x86_64.whl"), "{name}");
+    assert!(name.starts_with("leaklab-") && name.contains("-py3-none-") && name.ends_with("linux_x86_64.whl"), "{name}");
     let size = std::fs::metadata(wheel()).unwrap().len();
     // The goal is under 10 MB (measured 4.2 MB).
     assert!(size < 10_000_000, "the wheel is {size} bytes");

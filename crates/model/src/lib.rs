@@ -26,14 +26,38 @@ impl Mlp {
     pub fn new(config: ModelConfig, device: Device) -> Mlp {
         let mut vs = nn::VarStore::new(Device::Cpu);
         let root = vs.root();
-        let mut layers = nn::seq().add(nn::linear(&root / "l0", config.input, config.hidden, Default::default())).add_fn(|x| x.relu());
+        let mut layers = nn::seq()
+            .add(nn::linear(
+                &root / "l0",
+                config.input,
+                config.hidden,
+                Default::default(),
+            ))
+            .add_fn(|x| x.relu());
         for i in 1..config.depth {
-            layers = layers.add(nn::linear(&root / format!("l{i}"), config.hidden, config.hidden, Default::default())).add_fn(|x| x.relu());
+            layers = layers
+                .add(nn::linear(
+                    &root / format!("l{i}"),
+                    config.hidden,
+                    config.hidden,
+                    Default::default(),
+                ))
+                .add_fn(|x| x.relu());
         }
-        layers = layers.add(nn::linear(&root / format!("l{}", config.depth), config.hidden, config.output, Default::default()));
+        layers = layers.add(nn::linear(
+            &root / format!("l{}", config.depth),
+            config.hidden,
+            config.output,
+            Default::default(),
+        ));
         fill_seeded(&vs, config.seed);
         vs.set_device(device);
-        Mlp { config, vs, layers, forward_calls: AtomicU64::new(0) }
+        Mlp {
+            config,
+            vs,
+            layers,
+            forward_calls: AtomicU64::new(0),
+        }
     }
 
     pub fn device(&self) -> Device {
@@ -102,7 +126,9 @@ fn fill_seeded(vs: &nn::VarStore, seed: i64) {
             let mut var = variables[&name].shallow_clone();
             let bound = 1.0 / fan_in(&name).sqrt();
             let mut rng = SeededRng::named(seed as u64, &name);
-            let values: Vec<f32> = (0..var.numel()).map(|_| (rng.symmetric() * bound) as f32).collect();
+            let values: Vec<f32> = (0..var.numel())
+                .map(|_| (rng.symmetric() * bound) as f32)
+                .collect();
             var.copy_(&Tensor::from_slice(&values).view(var.size().as_slice()));
         }
     });
@@ -115,7 +141,13 @@ mod tests {
 
     #[test]
     fn the_same_seed_builds_the_same_function() {
-        let config = ModelConfig { input: 16, hidden: 32, depth: 2, output: 8, seed: 7 };
+        let config = ModelConfig {
+            input: 16,
+            hidden: 32,
+            depth: 2,
+            output: 8,
+            seed: 7,
+        };
         let x = Tensor::randn([4, 16], (Kind::Float, Device::Cpu));
         let a = Mlp::new(config, Device::Cpu);
         // Another draw from libtorch's global RNG in between must not change the next model.
@@ -134,7 +166,11 @@ mod tests {
     fn parameter_count_matches_the_var_store() {
         let config = Scale::Default.config();
         let m = Mlp::new(config, Device::Cpu);
-        let counted: i64 = m.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
+        let counted: i64 =
+            m.vs.trainable_variables()
+                .iter()
+                .map(|t| t.numel() as i64)
+                .sum();
         assert_eq!(counted, config.parameters());
     }
 }

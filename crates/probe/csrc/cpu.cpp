@@ -146,9 +146,12 @@ void record(int32_t action, const Header* h, int64_t t) {
   while (g_history.size() > max) g_history.pop_front();
 }
 
-void counting_delete(void* ctx) {
-  if (ctx == nullptr) return;
-  auto* h = static_cast<Header*>(ctx);
+// Every block's deleter, given the data pointer (the DataPtr's context is its data, as c10's own
+// CPU allocator's is, so `raw_allocate`/`raw_deallocate` work: ideep's engine allocator, which
+// oneDNN's conv uses for its buffers, allocates through them); the header sits just before.
+void counting_delete(void* data) {
+  if (data == nullptr) return;
+  auto* h = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeader);
   auto size = static_cast<int64_t>(h->size);
   g_counters.live.fetch_sub(size, std::memory_order_relaxed);
   g_counters.blocks.fetch_sub(1, std::memory_order_relaxed);
@@ -202,10 +205,10 @@ struct CountingAllocator final : public c10::Allocator {
       record(0, h, t);
     }
     void* data = reinterpret_cast<char*>(h) + kHeader;
-    return {data, h, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &counting_delete, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);

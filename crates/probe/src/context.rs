@@ -37,7 +37,12 @@ impl MemoryContext {
     }
 
     pub fn name(self) -> &'static str {
-        NAMES.lock().expect("context table poisoned").get(self.0 as usize).copied().unwrap_or("other")
+        NAMES
+            .lock()
+            .expect("context table poisoned")
+            .get(self.0 as usize)
+            .copied()
+            .unwrap_or("other")
     }
 
     pub fn id(self) -> i32 {
@@ -59,7 +64,10 @@ impl MemoryContext {
         let previous = MemoryContext::current();
         // SAFETY: writes a thread-local int in the shim; ids are checked there too.
         unsafe { ffi::ll_context_set(self.0) };
-        ContextGuard { previous, _not_send: std::marker::PhantomData }
+        ContextGuard {
+            previous,
+            _not_send: std::marker::PhantomData,
+        }
     }
 
     /// Makes this the context of every allocation made, on any thread, outside a named

@@ -59,7 +59,11 @@ pub fn set_limit(bytes: Option<u64>) {
 
 /// Live bytes of the blocks born in `context` (whichever thread frees them later).
 pub fn live_bytes_in(context: MemoryContext) -> i64 {
-    live_by_context().into_iter().find(|(c, _)| *c == context).map(|(_, b)| b).unwrap_or(0)
+    live_by_context()
+        .into_iter()
+        .find(|(c, _)| *c == context)
+        .map(|(_, b)| b)
+        .unwrap_or(0)
 }
 
 /// Live bytes per registered context.
@@ -67,7 +71,10 @@ pub fn live_by_context() -> Vec<(MemoryContext, i64)> {
     let mut out = [0i64; ffi::MAX_CONTEXTS];
     // SAFETY: `out` holds MAX_CONTEXTS slots, the count passed.
     unsafe { ffi::ll_cpu_live_by_context(out.as_mut_ptr(), out.len()) };
-    MemoryContext::all().into_iter().map(|c| (c, out[c.id() as usize])).collect()
+    MemoryContext::all()
+        .into_iter()
+        .map(|c| (c, out[c.id() as usize]))
+        .collect()
 }
 
 /// One alloc or free, as recorded while the history is on.
@@ -123,7 +130,11 @@ pub fn record_history(max_entries: usize) {
 /// Only return addresses are captured at allocation time; [`crate::symbols`] turns them into
 /// function, file and line when a snapshot is written.
 pub fn record_history_with_stacks(max_entries: usize, stack_depth: usize) {
-    let depth = if max_entries == 0 { 0 } else { stack_depth.min(ffi::MAX_FRAMES) };
+    let depth = if max_entries == 0 {
+        0
+    } else {
+        stack_depth.min(ffi::MAX_FRAMES)
+    };
     // SAFETY: both take the shim's lock or store to an atomic; the depth is clamped.
     unsafe {
         ffi::ll_stacks_enable(depth as i32);
@@ -151,7 +162,11 @@ pub fn history() -> Vec<Event> {
             time_us: e.time_us,
             addr: e.addr,
             size: e.size,
-            kind: if e.action == 0 { EventKind::Alloc } else { EventKind::Free },
+            kind: if e.action == 0 {
+                EventKind::Alloc
+            } else {
+                EventKind::Free
+            },
             context: MemoryContext::from_id(e.context),
             stack: StackId::from_raw(e.stack),
         })
@@ -170,7 +185,13 @@ pub fn live_blocks() -> Vec<LiveBlock> {
             raw.truncate(n);
             return raw
                 .into_iter()
-                .map(|b| LiveBlock { addr: b.addr, size: b.size, time_us: b.time_us, context: MemoryContext::from_id(b.context), stack: StackId::from_raw(b.stack) })
+                .map(|b| LiveBlock {
+                    addr: b.addr,
+                    size: b.size,
+                    time_us: b.time_us,
+                    context: MemoryContext::from_id(b.context),
+                    stack: StackId::from_raw(b.stack),
+                })
                 .collect();
         }
     }

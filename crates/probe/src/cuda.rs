@@ -10,7 +10,9 @@ pub use leaklab_vocab::CudaStats;
 fn check((rc, msg): (i32, String)) -> Result<()> {
     match rc {
         0 => Ok(()),
-        1 => Err(Error::CudaUnavailable(msg.trim_start_matches("CUDA not available: ").to_string())),
+        1 => Err(Error::CudaUnavailable(
+            msg.trim_start_matches("CUDA not available: ").to_string(),
+        )),
         _ => Err(Error::Cuda(msg)),
     }
 }
@@ -34,7 +36,9 @@ pub fn is_available() -> bool {
 pub fn stats(device: usize) -> Result<CudaStats> {
     let mut raw = ffi::CudaStatsRaw::default();
     // SAFETY: `raw` is a valid out-pointer; the shim guards the call with device_count().
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_stats(device as i32, &mut raw, e, n) }))?;
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_stats(device as i32, &mut raw, e, n)
+    }))?;
     Ok(CudaStats {
         allocated_bytes: raw.allocated_current,
         allocated_peak_bytes: raw.allocated_peak,
@@ -52,23 +56,31 @@ pub fn stats(device: usize) -> Result<CudaStats> {
 /// Returns the cached, unused blocks to the driver (`torch.cuda.empty_cache()`).
 pub fn empty_cache() -> Result<()> {
     // SAFETY: guarded in the shim.
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_empty_cache(e, n) }))
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_empty_cache(e, n)
+    }))
 }
 
 pub fn reset_peak(device: usize) -> Result<()> {
     // SAFETY: guarded in the shim.
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_reset_peak(device as i32, e, n) }))
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_reset_peak(device as i32, e, n)
+    }))
 }
 
 pub fn synchronize(device: usize) -> Result<()> {
     // SAFETY: guarded in the shim.
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_synchronize(device as i32, e, n) }))
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_synchronize(device as i32, e, n)
+    }))
 }
 
 /// `torch.cuda.memory._record_memory_history(enabled, max_entries=...)`.
 pub fn record_history(enabled: bool, max_entries: usize) -> Result<()> {
     // SAFETY: guarded in the shim.
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_record_history(enabled as i32, max_entries, e, n) }))
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_record_history(enabled as i32, max_entries, e, n)
+    }))
 }
 
 /// `torch.cuda.memory._snapshot()` pickled: the file pytorch.org/memory_viz opens.
@@ -76,7 +88,9 @@ pub fn snapshot_pickle() -> Result<Vec<u8>> {
     let mut buf: *mut std::ffi::c_char = std::ptr::null_mut();
     let mut len = 0usize;
     // SAFETY: on success the shim mallocs `len` bytes at `buf`; they are copied, then freed.
-    check(ffi::with_err(|e, n| unsafe { ffi::ll_cuda_snapshot(&mut buf, &mut len, e, n) }))?;
+    check(ffi::with_err(|e, n| unsafe {
+        ffi::ll_cuda_snapshot(&mut buf, &mut len, e, n)
+    }))?;
     let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, len) }.to_vec();
     unsafe { ffi::ll_free(buf.cast()) };
     Ok(bytes)

@@ -78,11 +78,26 @@ extern "C" {
 
     pub fn ll_cuda_compiled() -> c_int;
     pub fn ll_cuda_device_count() -> c_int;
-    pub fn ll_cuda_stats(device: c_int, out: *mut CudaStatsRaw, err: *mut c_char, errlen: usize) -> c_int;
+    pub fn ll_cuda_stats(
+        device: c_int,
+        out: *mut CudaStatsRaw,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> c_int;
     pub fn ll_cuda_empty_cache(err: *mut c_char, errlen: usize) -> c_int;
     pub fn ll_cuda_reset_peak(device: c_int, err: *mut c_char, errlen: usize) -> c_int;
-    pub fn ll_cuda_record_history(enabled: c_int, max_entries: usize, err: *mut c_char, errlen: usize) -> c_int;
-    pub fn ll_cuda_snapshot(buf: *mut *mut c_char, len: *mut usize, err: *mut c_char, errlen: usize) -> c_int;
+    pub fn ll_cuda_record_history(
+        enabled: c_int,
+        max_entries: usize,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> c_int;
+    pub fn ll_cuda_snapshot(
+        buf: *mut *mut c_char,
+        len: *mut usize,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> c_int;
     pub fn ll_cuda_synchronize(device: c_int, err: *mut c_char, errlen: usize) -> c_int;
     pub fn ll_free(p: *mut c_void);
 }
@@ -93,6 +108,8 @@ pub fn with_err(f: impl FnOnce(*mut c_char, usize) -> c_int) -> (c_int, String) 
     let mut buf = [0 as c_char; ERR_LEN];
     let rc = f(buf.as_mut_ptr(), ERR_LEN);
     // SAFETY: the shim always NUL-terminates within ERR_LEN, and the buffer starts zeroed.
-    let msg = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    let msg = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
     (rc, msg)
 }

@@ -74,7 +74,14 @@ pub struct TorchLeakCheck {
 
 impl TorchLeakCheck {
     pub fn new(warmup: usize, iterations: usize) -> TorchLeakCheck {
-        TorchLeakCheck { warmup, iterations, cpu_budget: 0.0, rss: None, cuda: None, threads: Threads::All }
+        TorchLeakCheck {
+            warmup,
+            iterations,
+            cpu_budget: 0.0,
+            rss: None,
+            cuda: None,
+            threads: Threads::All,
+        }
     }
 
     /// Bytes per iteration the exact allocator may grow by and still pass (default 0).
@@ -111,12 +118,21 @@ impl TorchLeakCheck {
         // Memory that a check sixteen turns ago kept may still be in this context: count from here.
         let base = cpu::live_bytes_in(ctx);
         let _default = (self.threads == Threads::All).then(|| ctx.enter_as_default());
-        let mut check = LeakCheck::new(self.warmup, self.iterations).probe("cpu allocator (exact)", self.cpu_budget, 0.0, move || cpu::live_bytes_in(ctx) - base);
+        let mut check = LeakCheck::new(self.warmup, self.iterations).probe(
+            "cpu allocator (exact)",
+            self.cpu_budget,
+            0.0,
+            move || cpu::live_bytes_in(ctx) - base,
+        );
         if let Some((budget, noise)) = self.rss {
-            check = check.probe(leaklab_vocab::Probe::Rss.name(), budget, noise, || process::rss_bytes().map_or(0, |b| b as i64));
+            check = check.probe(leaklab_vocab::Probe::Rss.name(), budget, noise, || {
+                process::rss_bytes().map_or(0, |b| b as i64)
+            });
         }
         if let Some((device, budget)) = self.cuda.filter(|_| cuda::is_available()) {
-            check = check.probe("cuda allocated", budget, 0.0, move || cuda::stats(device).map_or(0, |s| s.allocated_bytes));
+            check = check.probe("cuda allocated", budget, 0.0, move || {
+                cuda::stats(device).map_or(0, |s| s.allocated_bytes)
+            });
         }
         check.run(|i| {
             let _in_ctx = ctx.enter();
@@ -128,7 +144,9 @@ impl TorchLeakCheck {
 /// Panics with the report when `body` leaks on the exact allocator.
 #[track_caller]
 pub fn assert_no_leak(warmup: usize, iterations: usize, body: impl FnMut(usize)) {
-    TorchLeakCheck::new(warmup, iterations).run(body).assert_no_leak();
+    TorchLeakCheck::new(warmup, iterations)
+        .run(body)
+        .assert_no_leak();
 }
 
 /// The README's Rust snippets, compiled and run as doc tests so they cannot drift.

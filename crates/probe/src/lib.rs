@@ -44,7 +44,10 @@ pub enum Error {
     #[error("the counting CPU allocator could not be installed: {0}")]
     Install(String),
     #[error("cannot read {what}: {source}")]
-    Io { what: &'static str, source: std::io::Error },
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
     #[error("cannot encode the memory snapshot: {0}")]
     Encode(String),
 }

@@ -26,8 +26,14 @@ impl InferenceModeGuard {
         let raw = unsafe { ffi::ll_inference_mode_enter(enabled as i32) };
         // Constructing the guard only fails when C++ cannot allocate a few bytes; the process
         // is then out of memory, and going on outside inference mode would hide it.
-        assert!(!raw.is_null(), "c10::InferenceMode could not be entered (out of memory)");
-        InferenceModeGuard { raw, _not_send: PhantomData }
+        assert!(
+            !raw.is_null(),
+            "c10::InferenceMode could not be entered (out of memory)"
+        );
+        InferenceModeGuard {
+            raw,
+            _not_send: PhantomData,
+        }
     }
 }
 

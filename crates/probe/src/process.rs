@@ -8,7 +8,10 @@ use crate::{Error, Result};
 /// Resident set size of this process, from `/proc/self/statm` (read by `leaklab-proc`, the one
 /// place that reads `/proc`).
 pub fn rss_bytes() -> Result<u64> {
-    leaklab_proc::rss_of_self().map_err(|source| Error::Io { what: "/proc/self/statm", source })
+    leaklab_proc::rss_of_self().map_err(|source| Error::Io {
+        what: "/proc/self/statm",
+        source,
+    })
 }
 
 /// Bytes in use in glibc's malloc heap, all arenas plus mmapped chunks (`mallinfo2`).

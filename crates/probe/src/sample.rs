@@ -24,7 +24,11 @@ pub struct Probes {
 impl Probes {
     /// CPU allocator and process probes only.
     pub fn cpu() -> Probes {
-        Probes { cuda_device: None, nvml: None, nvml_unavailable: Some("not requested".into()) }
+        Probes {
+            cuda_device: None,
+            nvml: None,
+            nvml_unavailable: Some("not requested".into()),
+        }
     }
 
     /// Adds the CUDA allocator and NVML for `device`; fails when CUDA is not available.
@@ -34,7 +38,11 @@ impl Probes {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        Ok(Probes { cuda_device: Some(device), nvml, nvml_unavailable })
+        Ok(Probes {
+            cuda_device: Some(device),
+            nvml,
+            nvml_unavailable,
+        })
     }
 
     pub fn cuda_device(&self) -> Option<usize> {
@@ -46,7 +54,11 @@ impl Probes {
     /// and `/proc` is a file read, which on a hot path cost more than the 2 % the lab allows,
     /// so services read those every N requests (`sample`) and this in between.
     pub fn sample_allocators(&self, previous: &MemorySample) -> MemorySample {
-        MemorySample { cpu: cpu::stats(), cuda: self.cuda_device.and_then(|d| cuda::stats(d).ok()), ..previous.clone() }
+        MemorySample {
+            cpu: cpu::stats(),
+            cuda: self.cuda_device.and_then(|d| cuda::stats(d).ok()),
+            ..previous.clone()
+        }
     }
 
     /// Reads every enabled probe. NVML is the slow one (a driver call); pass [`Nvml::Skip`] on

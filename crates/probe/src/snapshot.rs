@@ -80,9 +80,22 @@ impl Frames {
         self.resolved
             .entry((stack, context))
             .or_insert_with(|| {
-                let native = stack.map(|id| symbols::resolve(&cpu::stack_addresses(id))).unwrap_or_default();
-                let mut frames: Vec<Frame> = native.into_iter().map(|f| Frame { name: f.name, filename: f.filename, line: f.line }).collect();
-                frames.push(Frame { name: context.name().to_string(), filename: "leaklab (memory context)".into(), line: 0 });
+                let native = stack
+                    .map(|id| symbols::resolve(&cpu::stack_addresses(id)))
+                    .unwrap_or_default();
+                let mut frames: Vec<Frame> = native
+                    .into_iter()
+                    .map(|f| Frame {
+                        name: f.name,
+                        filename: f.filename,
+                        line: f.line,
+                    })
+                    .collect();
+                frames.push(Frame {
+                    name: context.name().to_string(),
+                    filename: "leaklab (memory context)".into(),
+                    line: 0,
+                });
                 frames
             })
             .clone()
@@ -107,7 +120,13 @@ pub fn cpu_snapshot() -> Snapshot {
             segment_pool_id: (0, 0),
             is_expandable: false,
             frames: Vec::new(),
-            blocks: vec![Block { address: b.addr, size: b.size, requested_size: b.size, state: "active_allocated", frames: frames.of(b.stack, b.context) }],
+            blocks: vec![Block {
+                address: b.addr,
+                size: b.size,
+                requested_size: b.size,
+                state: "active_allocated",
+                frames: frames.of(b.stack, b.context),
+            }],
         })
         .collect();
     let mut trace = Vec::new();
@@ -118,15 +137,29 @@ pub fn cpu_snapshot() -> Snapshot {
             EventKind::Free => &["free_requested", "free_completed"],
         };
         for action in actions {
-            trace.push(TraceEntry { action, addr: e.addr, size: e.size, stream: 0, time_us: e.time_us, frames: frames.of(e.stack, e.context) });
+            trace.push(TraceEntry {
+                action,
+                addr: e.addr,
+                size: e.size,
+                stream: 0,
+                time_us: e.time_us,
+                frames: frames.of(e.stack, e.context),
+            });
         }
     }
-    Snapshot { segments, device_traces: vec![trace], allocator_settings: AllocatorSettings { allocator: "leaklab counting CPU allocator" } }
+    Snapshot {
+        segments,
+        device_traces: vec![trace],
+        allocator_settings: AllocatorSettings {
+            allocator: "leaklab counting CPU allocator",
+        },
+    }
 }
 
 impl Snapshot {
     pub fn to_pickle(&self) -> Result<Vec<u8>> {
-        serde_pickle::to_vec(self, serde_pickle::SerOptions::new()).map_err(|e| Error::Encode(e.to_string()))
+        serde_pickle::to_vec(self, serde_pickle::SerOptions::new())
+            .map_err(|e| Error::Encode(e.to_string()))
     }
 }
 

@@ -27,7 +27,13 @@ pub fn resolve(addresses: &[u64]) -> Vec<ResolvedFrame> {
     let cache = cache.get_or_insert_with(HashMap::new);
     let mut out = Vec::new();
     for &addr in addresses {
-        out.extend(cache.entry(addr).or_insert_with(|| resolve_one(addr)).iter().cloned());
+        out.extend(
+            cache
+                .entry(addr)
+                .or_insert_with(|| resolve_one(addr))
+                .iter()
+                .cloned(),
+        );
     }
     out
 }
@@ -37,15 +43,26 @@ fn resolve_one(return_addr: u64) -> Vec<ResolvedFrame> {
     let pc = return_addr.saturating_sub(1);
     let mut frames = Vec::new();
     backtrace::resolve(pc as *mut c_void, |symbol| {
-        let name = symbol.name().map(|n| format!("{n:#}")).unwrap_or_else(|| "??".into());
+        let name = symbol
+            .name()
+            .map(|n| format!("{n:#}"))
+            .unwrap_or_else(|| "??".into());
         let (filename, line) = match (symbol.filename(), symbol.lineno()) {
             (Some(file), line) => (file.display().to_string(), line.unwrap_or(0) as i64),
             (None, _) => (object_of(pc).unwrap_or_else(|| "??".into()), 0),
         };
-        frames.push(ResolvedFrame { name, filename, line });
+        frames.push(ResolvedFrame {
+            name,
+            filename,
+            line,
+        });
     });
     if frames.is_empty() {
-        frames.push(ResolvedFrame { name: format!("0x{return_addr:x}"), filename: object_of(pc).unwrap_or_else(|| "??".into()), line: 0 });
+        frames.push(ResolvedFrame {
+            name: format!("0x{return_addr:x}"),
+            filename: object_of(pc).unwrap_or_else(|| "??".into()),
+            line: 0,
+        });
     }
     frames
 }
@@ -57,7 +74,9 @@ fn object_of(pc: u64) -> Option<String> {
     let found = unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0;
     (found && !info.dli_fname.is_null()).then(|| {
         // SAFETY: dladdr returned a NUL-terminated path owned by the loader.
-        let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned();
         // The main executable is named as it was started (`target/debug/x`): made absolute,
         // it reads as an object file, not a source, to the snapshot reader.
         std::fs::canonicalize(&path).map_or(path, |p| p.display().to_string())

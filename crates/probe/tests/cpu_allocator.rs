@@ -31,7 +31,11 @@ fn a_kept_history_grows_by_exactly_one_output_per_step() {
     let mut history = Vec::new();
     for step in 1..=10 {
         history.push(&x * 2.0);
-        assert_eq!(cpu::live_bytes_in(ctx) - start, step * 131_072, "after step {step}");
+        assert_eq!(
+            cpu::live_bytes_in(ctx) - start,
+            step * 131_072,
+            "after step {step}"
+        );
     }
     history.clear();
     assert_eq!(cpu::live_bytes_in(ctx), start);
@@ -70,7 +74,10 @@ fn live_blocks_list_the_blocks_of_a_context() {
     let ctx = context("test-blocks");
     let _in_ctx = ctx.enter();
     let t = Tensor::zeros([7, 11], (Kind::Double, Device::Cpu));
-    let mine: Vec<_> = cpu::live_blocks().into_iter().filter(|b| b.context == ctx).collect();
+    let mine: Vec<_> = cpu::live_blocks()
+        .into_iter()
+        .filter(|b| b.context == ctx)
+        .collect();
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0].size, 7 * 11 * 8);
     assert_eq!(mine[0].addr, t.data_ptr() as u64);
@@ -99,8 +106,15 @@ fn a_limit_fails_allocations_like_a_real_out_of_memory() {
     let failed = Tensor::f_zeros([1 << 30], (Kind::Float, Device::Cpu));
     cpu::set_limit(None);
     let err = failed.expect_err("a 4 GiB tensor passes a 64 MiB limit");
-    assert!(err.to_string().contains("leaklab CPU memory limit"), "{err}");
-    assert_eq!(cpu::live_bytes_in(ctx), 0, "a failed allocation leaves nothing behind");
+    assert!(
+        err.to_string().contains("leaklab CPU memory limit"),
+        "{err}"
+    );
+    assert_eq!(
+        cpu::live_bytes_in(ctx),
+        0,
+        "a failed allocation leaves nothing behind"
+    );
     let ok = Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).unwrap();
     assert_eq!(cpu::live_bytes_in(ctx), 64);
     drop(ok);

@@ -4,7 +4,10 @@ use leaklab_probe::{cuda, nvml::NvmlProbe, process, Error, Nvml, Probes};
 
 #[test]
 fn cuda_calls_report_not_available_without_a_gpu() {
-    assert!(cuda::compiled(), "the PyPI libtorch ships CUDA headers, so the CUDA half is built");
+    assert!(
+        cuda::compiled(),
+        "the PyPI libtorch ships CUDA headers, so the CUDA half is built"
+    );
     if cuda::device_count() == 0 {
         let errors = [
             cuda::stats(0).map(|_| ()),

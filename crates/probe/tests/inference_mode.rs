@@ -14,7 +14,10 @@ fn model() -> (nn::VarStore, nn::Linear) {
 fn grad_enabled_forward_records_a_graph() {
     let (_vs, lin) = model();
     let y = lin.forward(&Tensor::ones([2, 8], (Kind::Float, Device::Cpu)));
-    assert!(y.requires_grad(), "a forward pass with trainable weights records a graph");
+    assert!(
+        y.requires_grad(),
+        "a forward pass with trainable weights records a graph"
+    );
     assert!(!y.is_inference());
 }
 
@@ -29,7 +32,10 @@ fn inference_mode_records_nothing_and_makes_inference_tensors() {
     });
     assert!(!y.requires_grad());
     assert!(y.is_inference());
-    assert!(!is_inference_mode_enabled(), "the mode ends with the closure");
+    assert!(
+        !is_inference_mode_enabled(),
+        "the mode ends with the closure"
+    );
     assert!(is_grad_enabled());
 }
 

@@ -6,7 +6,10 @@ use tch::{nn, nn::Module, Device, Kind, Tensor};
 
 fn model() -> (nn::VarStore, nn::Sequential) {
     let vs = nn::VarStore::new(Device::Cpu);
-    let seq = nn::seq().add(nn::linear(vs.root(), 64, 256, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs.root(), 256, 64, Default::default()));
+    let seq = nn::seq()
+        .add(nn::linear(vs.root(), 64, 256, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::linear(vs.root(), 256, 64, Default::default()));
     (vs, seq)
 }
 
@@ -49,7 +52,13 @@ fn rss_can_be_judged_beside_the_allocator() {
     assert!(report.passed(), "{report}");
     // The RSS probe read the process's resident memory, not a zero that would pass anything.
     let rss = &report.probes[1];
-    assert!(rss.first_samples.iter().chain(&rss.last_samples).all(|&(_, bytes)| bytes > 1 << 20), "{rss:?}");
+    assert!(
+        rss.first_samples
+            .iter()
+            .chain(&rss.last_samples)
+            .all(|&(_, bytes)| bytes > 1 << 20),
+        "{rss:?}"
+    );
 }
 
 #[test]
@@ -58,7 +67,9 @@ fn rss_sees_memory_kept_outside_libtorch_at_its_size() {
     // probe, plain to RSS.
     const KEPT: usize = 4 << 20;
     let mut kept = Vec::new();
-    let report = TorchLeakCheck::new(3, 30).rss(1e6, 8e6).run(|_| kept.push(vec![1u8; KEPT]));
+    let report = TorchLeakCheck::new(3, 30)
+        .rss(1e6, 8e6)
+        .run(|_| kept.push(vec![1u8; KEPT]));
     assert!(!report.passed(), "{report}");
     let exact = report.probes[0].judgement.as_ref().unwrap();
     assert_eq!(exact.verdict, Verdict::Flat, "{report}");
@@ -66,7 +77,10 @@ fn rss_sees_memory_kept_outside_libtorch_at_its_size() {
     assert_eq!(rss.verdict, Verdict::Leak, "{report}");
     // Measured 4,198,400 B/iteration in each of three runs: the 4 MiB and one page, the header
     // of the chunk malloc maps for it. Four pages of slack for whatever else the process does.
-    assert!((KEPT as f64..=(KEPT + 4 * 4096) as f64).contains(&rss.slope.bytes_per_request), "{report}");
+    assert!(
+        (KEPT as f64..=(KEPT + 4 * 4096) as f64).contains(&rss.slope.bytes_per_request),
+        "{report}"
+    );
 }
 
 /// A long-lived worker thread that runs each request and, with `keep`, keeps its output: how
@@ -100,7 +114,10 @@ fn a_leak_born_on_a_worker_thread_fails_the_default_check_with_its_exact_size() 
     let report = worker_check(true, TorchLeakCheck::new(5, 40));
     assert!(!report.passed(), "{report}");
     let j = report.probes[0].judgement.as_ref().unwrap();
-    assert_eq!((j.verdict, j.slope.bytes_per_request), (Verdict::Leak, 32.0 * 256.0 * 4.0));
+    assert_eq!(
+        (j.verdict, j.slope.bytes_per_request),
+        (Verdict::Leak, 32.0 * 256.0 * 4.0)
+    );
 }
 
 #[test]

@@ -15,7 +15,11 @@ use std::path::{Path, PathBuf};
 /// unlike `smaps_rollup`, so a service can read it every few requests).
 pub fn rss_of_self() -> io::Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let resident_pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let resident_pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     Ok(resident_pages * page_size())
 }
 
@@ -36,19 +40,34 @@ pub struct Rollup {
 impl std::ops::Add for Rollup {
     type Output = Rollup;
     fn add(self, other: Rollup) -> Rollup {
-        Rollup { rss: self.rss + other.rss, anonymous: self.anonymous + other.anonymous }
+        Rollup {
+            rss: self.rss + other.rss,
+            anonymous: self.anonymous + other.anonymous,
+        }
     }
 }
 
 /// `Rss:` and `Anonymous:` of one `smaps_rollup` text (the kernel writes kB).
 pub fn parse_smaps_rollup(text: &str) -> Rollup {
-    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).and_then(|r| r.split_whitespace().next()).and_then(|kb| kb.parse::<u64>().ok()).unwrap_or(0) * 1024;
-    Rollup { rss: field("Rss:"), anonymous: field("Anonymous:") }
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    Rollup {
+        rss: field("Rss:"),
+        anonymous: field("Anonymous:"),
+    }
 }
 
 /// `/proc/PID/smaps_rollup` of process `pid`.
 pub fn smaps_rollup(pid: u32) -> io::Result<Rollup> {
-    Ok(parse_smaps_rollup(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?))
+    Ok(parse_smaps_rollup(&std::fs::read_to_string(format!(
+        "/proc/{pid}/smaps_rollup"
+    ))?))
 }
 
 /// `pid` and every descendant, from each thread's `children` list; `pid` first.
@@ -60,7 +79,10 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
             for task in tasks.flatten() {
                 if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                    for child in text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                    for child in text
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok())
+                    {
                         if !tree.contains(&child) {
                             tree.push(child);
                         }
@@ -76,20 +98,33 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
 /// The machine's memory (`MemTotal:` of `/proc/meminfo`).
 pub fn mem_total() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|r| r.split_whitespace().next()).and_then(|kb| kb.parse::<u64>().ok()).map(|kb| kb * 1024)
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 /// The CPU's model name (`/proc/cpuinfo`), for the benchmarks' "measured on" line.
 pub fn cpu_model() -> Option<String> {
     let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    text.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, name)| name.trim().to_string())
+    text.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, name)| name.trim().to_string())
 }
 
 /// What this process may grow to: the machine's memory, or its cgroup's limit when lower (v2,
 /// else v1, as seen from inside its own cgroup namespace, which is how containers mount them).
 pub fn host_capacity() -> Option<u64> {
     let total = mem_total()?;
-    let own = [Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup/memory")].into_iter().find_map(|dir| Cgroup::open(dir).ok()).and_then(|c| c.limit());
+    let own = [
+        Path::new("/sys/fs/cgroup"),
+        Path::new("/sys/fs/cgroup/memory"),
+    ]
+    .into_iter()
+    .find_map(|dir| Cgroup::open(dir).ok())
+    .and_then(|c| c.limit());
     Some(own.map_or(total, |l| l.min(total)))
 }
 
@@ -127,13 +162,26 @@ impl Cgroup {
         } else if dir.join("memory.usage_in_bytes").exists() {
             CgroupVersion::V1
         } else {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} has neither memory.current (v2) nor memory.usage_in_bytes (v1)", dir.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{} has neither memory.current (v2) nor memory.usage_in_bytes (v1)",
+                    dir.display()
+                ),
+            ));
         };
-        Ok(Cgroup { dir: dir.to_path_buf(), version })
+        Ok(Cgroup {
+            dir: dir.to_path_buf(),
+            version,
+        })
     }
 
     fn file(&self, v2: &str, v1: &str) -> PathBuf {
-        self.dir.join(if self.version == CgroupVersion::V2 { v2 } else { v1 })
+        self.dir.join(if self.version == CgroupVersion::V2 {
+            v2
+        } else {
+            v1
+        })
     }
 
     /// The memory limit; `None` for none (v2 writes `max`, v1 a number near 2^63).
@@ -144,10 +192,29 @@ impl Cgroup {
     /// Usage and working set now.
     pub fn usage(&self) -> io::Result<CgroupUsage> {
         let path = self.file("memory.current", "memory.usage_in_bytes");
-        let usage = read_number(&path).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("cannot read {}", path.display())))?;
-        let key = if self.version == CgroupVersion::V2 { "inactive_file " } else { "total_inactive_file " };
-        let inactive = std::fs::read_to_string(self.dir.join("memory.stat")).ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse::<u64>().ok())).unwrap_or(0);
-        Ok(CgroupUsage { usage, working_set: usage.saturating_sub(inactive) })
+        let usage = read_number(&path).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("cannot read {}", path.display()),
+            )
+        })?;
+        let key = if self.version == CgroupVersion::V2 {
+            "inactive_file "
+        } else {
+            "total_inactive_file "
+        };
+        let inactive = std::fs::read_to_string(self.dir.join("memory.stat"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        Ok(CgroupUsage {
+            usage,
+            working_set: usage.saturating_sub(inactive),
+        })
     }
 }
 
@@ -162,7 +229,13 @@ mod tests {
     #[test]
     fn smaps_rollup_fields_are_read_in_bytes() {
         let text = "55d0-7ff [rollup]\nRss:              123456 kB\nPss:              100000 kB\nAnonymous:         65536 kB\n";
-        assert_eq!(parse_smaps_rollup(text), Rollup { rss: 123_456 * 1024, anonymous: 65_536 * 1024 });
+        assert_eq!(
+            parse_smaps_rollup(text),
+            Rollup {
+                rss: 123_456 * 1024,
+                anonymous: 65_536 * 1024
+            }
+        );
     }
 
     #[test]
@@ -170,10 +243,17 @@ mod tests {
         let me = std::process::id();
         assert_eq!(process_tree(me)[0], me);
         let rollup = smaps_rollup(me).unwrap();
-        assert!(rollup.rss >= rollup.anonymous && rollup.anonymous > 0, "{rollup:?}");
+        assert!(
+            rollup.rss >= rollup.anonymous && rollup.anonymous > 0,
+            "{rollup:?}"
+        );
         // statm and smaps_rollup count the same resident pages, read a moment apart.
         let rss = rss_of_self().unwrap();
-        assert!(rss > 1 << 20 && (rss as f64 / rollup.rss as f64 - 1.0).abs() < 0.5, "statm {rss}, smaps_rollup {}", rollup.rss);
+        assert!(
+            rss > 1 << 20 && (rss as f64 / rollup.rss as f64 - 1.0).abs() < 0.5,
+            "statm {rss}, smaps_rollup {}",
+            rollup.rss
+        );
         assert!(smaps_rollup(u32::MAX - 1).is_err());
         assert!(mem_total().unwrap() >= rss);
         assert!(host_capacity().unwrap() <= mem_total().unwrap());
@@ -183,13 +263,22 @@ mod tests {
     fn a_cgroup_folder_reads_by_its_version_and_no_limit_is_none() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        assert_eq!(Cgroup::open(dir).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            Cgroup::open(dir).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
         std::fs::write(dir.join("memory.current"), "1000\n").unwrap();
         std::fs::write(dir.join("memory.max"), "max\n").unwrap();
         std::fs::write(dir.join("memory.stat"), "anon 10\ninactive_file 300\n").unwrap();
         let v2 = Cgroup::open(dir).unwrap();
         assert_eq!((v2.version, v2.limit()), (CgroupVersion::V2, None));
-        assert_eq!(v2.usage().unwrap(), CgroupUsage { usage: 1000, working_set: 700 });
+        assert_eq!(
+            v2.usage().unwrap(),
+            CgroupUsage {
+                usage: 1000,
+                working_set: 700
+            }
+        );
         std::fs::write(dir.join("memory.max"), "4096\n").unwrap();
         assert_eq!(v2.limit(), Some(4096));
     }

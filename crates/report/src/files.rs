@@ -6,9 +6,18 @@ use std::path::Path;
 
 /// Writes `bytes` to a temporary file in the same folder, syncs it, then renames it over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let failed = |source| Error::Write { path: path.to_path_buf(), source };
-    std::fs::create_dir_all(dir).map_err(|source| Error::Write { path: dir.to_path_buf(), source })?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let failed = |source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut builder = tempfile::Builder::new();
     builder.prefix(".leaklab-").suffix(".tmp");
     // A report is read by others (a CI job's artifacts, a shared folder): the modes a plain
@@ -33,7 +42,11 @@ mod tests {
         write_atomic(&path, b"first").unwrap();
         write_atomic(&path, b"second").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
-        let names: Vec<String> = std::fs::read_dir(path.parent().unwrap()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         assert_eq!(names, ["report.json"]);
     }
 
@@ -44,7 +57,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("plain"), b"x").unwrap();
         write_atomic(&dir.path().join("report.md"), b"x").unwrap();
-        let mode = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode() & 0o777;
+        let mode = |name: &str| {
+            std::fs::metadata(dir.path().join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
         assert_eq!(mode("report.md"), mode("plain"));
     }
 
@@ -52,7 +71,12 @@ mod tests {
     fn a_folder_that_cannot_be_made_is_named_in_the_error() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a-file"), b"").unwrap();
-        let err = write_atomic(&dir.path().join("a-file/report.md"), b"x").unwrap_err().to_string();
-        assert!(err.starts_with("cannot write ") && err.contains("a-file"), "{err}");
+        let err = write_atomic(&dir.path().join("a-file/report.md"), b"x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("cannot write ") && err.contains("a-file"),
+            "{err}"
+        );
     }
 }

@@ -95,7 +95,10 @@ mod output {
     #[derive(Debug, thiserror::Error)]
     pub enum Error {
         #[error("cannot write {path}: {source}")]
-        Write { path: PathBuf, source: std::io::Error },
+        Write {
+            path: PathBuf,
+            source: std::io::Error,
+        },
         #[error("cannot draw the chart {chart}: {reason}")]
         Plot { chart: String, reason: String },
         #[error("cannot serialise the report: {0}")]
@@ -114,7 +117,10 @@ mod output {
 
     impl Attachment {
         pub fn new(name: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Attachment {
-            Attachment { name: name.into(), bytes: bytes.into() }
+            Attachment {
+                name: name.into(),
+                bytes: bytes.into(),
+            }
         }
     }
 
@@ -164,12 +170,18 @@ mod output {
     impl Output {
         /// report.md, report.json and report.html in `dir`.
         pub fn folder(dir: &Path, json: bool) -> Output {
-            Output { json, markdown: Some(dir.join("report.md")) }
+            Output {
+                json,
+                markdown: Some(dir.join("report.md")),
+            }
         }
 
         /// Printed only.
         pub fn stdout(json: bool) -> Output {
-            Output { json, markdown: None }
+            Output {
+                json,
+                markdown: None,
+            }
         }
     }
 
@@ -195,8 +207,15 @@ mod output {
     /// Writes the files, then prints: the JSON, or the text and where the report is. Files
     /// that cannot be written are an error said after the report is printed, so what was
     /// measured is never lost.
-    pub fn deliver<R: Report>(report: &R, output: &Output, stdout: &mut dyn Write) -> anyhow::Result<Outcome> {
-        let written = output.markdown.as_deref().map(|md| write(report, md).map_err(|e| (md, e)));
+    pub fn deliver<R: Report>(
+        report: &R,
+        output: &Output,
+        stdout: &mut dyn Write,
+    ) -> anyhow::Result<Outcome> {
+        let written = output
+            .markdown
+            .as_deref()
+            .map(|md| write(report, md).map_err(|e| (md, e)));
         if output.json {
             writeln!(stdout, "{}", report.json()?)?;
         } else {
@@ -212,14 +231,19 @@ mod output {
         stdout.flush()?;
         if let Some(Err((md, e))) = written {
             let dir = md.parent().unwrap_or(Path::new("."));
-            return Err(anyhow::Error::new(e).context(format!("cannot write the report to {}", dir.display())));
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot write the report to {}", dir.display())));
         }
         Ok(report.outcome())
     }
 
     /// The end of every `leaklab` subcommand: the report delivered, its problem said, and the
     /// exit code (an error is said as `leaklab COMMAND: ...` on stderr, exit 2).
-    pub fn finish<R: Report>(command: &str, result: anyhow::Result<R>, output: &Output) -> ExitCode {
+    pub fn finish<R: Report>(
+        command: &str,
+        result: anyhow::Result<R>,
+        output: &Output,
+    ) -> ExitCode {
         let delivered = result.and_then(|report| {
             let outcome = deliver(&report, output, &mut std::io::stdout().lock())?;
             if let Some(problem) = report.problem() {
@@ -260,7 +284,18 @@ mod output {
                 format!("# toy\n\n{}", self.table().markdown())
             }
             fn page(&self) -> Option<Page> {
-                self.page.then(|| Page::new("leaklab toy", "a toy", Summary { tone: self.outcome.into(), answer: self.outcome.answer().into(), ..Summary::default() }).section(Section::new("rows").table(self.table())))
+                self.page.then(|| {
+                    Page::new(
+                        "leaklab toy",
+                        "a toy",
+                        Summary {
+                            tone: self.outcome.into(),
+                            answer: self.outcome.answer().into(),
+                            ..Summary::default()
+                        },
+                    )
+                    .section(Section::new("rows").table(self.table()))
+                })
             }
             fn attachments(&self) -> Result<Vec<Attachment>> {
                 Ok(vec![Attachment::new("toy.svg", "<svg/>")])
@@ -274,7 +309,11 @@ mod output {
         }
 
         fn toy(outcome: Outcome, page: bool) -> Toy {
-            Toy { outcome, rows: vec![["anonymous".into(), "leak".into()]], page }
+            Toy {
+                outcome,
+                rows: vec![["anonymous".into(), "leak".into()]],
+                page,
+            }
         }
 
         fn deliver_to_string(report: &Toy, output: &Output) -> (anyhow::Result<Outcome>, String) {
@@ -286,27 +325,60 @@ mod output {
         #[test]
         fn a_report_is_written_whole_then_printed_with_where_it_is() {
             let dir = tempfile::tempdir().unwrap();
-            let (outcome, printed) = deliver_to_string(&toy(Outcome::Fail, true), &Output::folder(dir.path(), false));
+            let (outcome, printed) = deliver_to_string(
+                &toy(Outcome::Fail, true),
+                &Output::folder(dir.path(), false),
+            );
             assert_eq!(outcome.unwrap(), Outcome::Fail);
-            assert_eq!(printed, format!("series     verdict\n---------  -------\nanonymous  leak\n\nreport: {}\n", dir.path().join("report.html").display()));
-            let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            assert_eq!(
+                printed,
+                format!(
+                    "series     verdict\n---------  -------\nanonymous  leak\n\nreport: {}\n",
+                    dir.path().join("report.html").display()
+                )
+            );
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
             names.sort();
-            assert_eq!(names, ["report.html", "report.json", "report.md", "toy.svg"]);
-            let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+            assert_eq!(
+                names,
+                ["report.html", "report.json", "report.md", "toy.svg"]
+            );
+            let json: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap())
+                    .unwrap();
             assert_eq!(json["outcome"], "fail");
-            assert!(std::fs::read_to_string(dir.path().join("report.html")).unwrap().contains("<td>anonymous</td>"));
+            assert!(std::fs::read_to_string(dir.path().join("report.html"))
+                .unwrap()
+                .contains("<td>anonymous</td>"));
         }
 
         #[test]
         fn json_is_the_document_alone_and_a_report_without_a_page_points_at_its_markdown() {
             let dir = tempfile::tempdir().unwrap();
-            let (_, printed) = deliver_to_string(&toy(Outcome::Pass, false), &Output::folder(dir.path(), true));
+            let (_, printed) = deliver_to_string(
+                &toy(Outcome::Pass, false),
+                &Output::folder(dir.path(), true),
+            );
             let json: serde_json::Value = serde_json::from_str(&printed).unwrap();
             assert_eq!(json["outcome"], "pass");
-            let (_, printed) = deliver_to_string(&toy(Outcome::Pass, false), &Output::folder(dir.path(), false));
-            assert!(printed.ends_with(&format!("report: {}\n", dir.path().join("report.md").display())), "{printed}");
+            let (_, printed) = deliver_to_string(
+                &toy(Outcome::Pass, false),
+                &Output::folder(dir.path(), false),
+            );
+            assert!(
+                printed.ends_with(&format!(
+                    "report: {}\n",
+                    dir.path().join("report.md").display()
+                )),
+                "{printed}"
+            );
             assert!(!dir.path().join("report.html").exists());
-            let (_, printed) = deliver_to_string(&toy(Outcome::Pass, false), &Output::stdout(false));
+            let (_, printed) =
+                deliver_to_string(&toy(Outcome::Pass, false), &Output::stdout(false));
             assert!(!printed.contains("report:"), "{printed}");
         }
 
@@ -314,15 +386,31 @@ mod output {
         fn a_folder_that_cannot_be_written_is_an_error_after_the_report_is_printed() {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("taken"), b"").unwrap();
-            let (outcome, printed) = deliver_to_string(&toy(Outcome::Pass, true), &Output::folder(&dir.path().join("taken"), false));
-            assert!(printed.contains("anonymous  leak"), "what was measured is printed: {printed}");
+            let (outcome, printed) = deliver_to_string(
+                &toy(Outcome::Pass, true),
+                &Output::folder(&dir.path().join("taken"), false),
+            );
+            assert!(
+                printed.contains("anonymous  leak"),
+                "what was measured is printed: {printed}"
+            );
             let err = format!("{:#}", outcome.unwrap_err());
-            assert!(err.starts_with(&format!("cannot write the report to {}", dir.path().join("taken").display())), "{err}");
+            assert!(
+                err.starts_with(&format!(
+                    "cannot write the report to {}",
+                    dir.path().join("taken").display()
+                )),
+                "{err}"
+            );
         }
 
         #[test]
         fn each_outcome_has_its_exit_code_and_its_json_name() {
-            for (outcome, code, name) in [(Outcome::Pass, 0, "\"pass\""), (Outcome::Fail, 1, "\"fail\""), (Outcome::CannotJudge, 2, "\"cannot_judge\"")] {
+            for (outcome, code, name) in [
+                (Outcome::Pass, 0, "\"pass\""),
+                (Outcome::Fail, 1, "\"fail\""),
+                (Outcome::CannotJudge, 2, "\"cannot_judge\""),
+            ] {
                 assert_eq!(outcome.exit_code(), code);
                 assert_eq!(serde_json::to_string(&outcome).unwrap(), name);
             }

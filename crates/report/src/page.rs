@@ -48,7 +48,10 @@ pub enum Block {
     Text(String),
     Table(Table),
     /// A chart and what it shows, with its units and how it was measured.
-    Chart { svg: Svg, caption: String },
+    Chart {
+        svg: Svg,
+        caption: String,
+    },
     /// Facts as label and value: how it was measured (requests, warm-up, time).
     Facts(Vec<(String, String)>),
     /// Things the reader must know (a signal dropped, an early stop), set apart.
@@ -64,7 +67,10 @@ pub struct Section {
 
 impl Section {
     pub fn new(title: impl Into<String>) -> Section {
-        Section { title: title.into(), blocks: Vec::new() }
+        Section {
+            title: title.into(),
+            blocks: Vec::new(),
+        }
     }
 
     pub fn text(mut self, text: impl Into<String>) -> Section {
@@ -78,7 +84,10 @@ impl Section {
     }
 
     pub fn chart(mut self, svg: Svg, caption: impl Into<String>) -> Section {
-        self.blocks.push(Block::Chart { svg, caption: caption.into() });
+        self.blocks.push(Block::Chart {
+            svg,
+            caption: caption.into(),
+        });
         self
     }
 
@@ -109,7 +118,12 @@ pub struct Page {
 
 impl Page {
     pub fn new(command: impl Into<String>, title: impl Into<String>, summary: Summary) -> Page {
-        Page { command: command.into(), title: title.into(), summary, sections: Vec::new() }
+        Page {
+            command: command.into(),
+            title: title.into(),
+            summary,
+            sections: Vec::new(),
+        }
     }
 
     pub fn section(mut self, section: Section) -> Page {
@@ -121,7 +135,11 @@ impl Page {
     pub fn render(&self) -> String {
         let s = &self.summary;
         let contents = self.sections.len() >= 4;
-        let charts = self.sections.iter().flat_map(|s| &s.blocks).any(|b| matches!(b, Block::Chart { .. }));
+        let charts = self
+            .sections
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .any(|b| matches!(b, Block::Chart { .. }));
         let doc = html! {
             (DOCTYPE)
             html lang="en" {
@@ -338,16 +356,38 @@ mod tests {
     use crate::table::Cell;
 
     fn page(hostile: &str) -> Page {
-        let table = Table::new(["holder", "bytes"]).numeric(&[1]).rows([[Cell::code(hostile), Cell::new("1.02 kB").tone(Tone::Bad)]]).caption(format!("held by {hostile}"));
-        Page::new("leaklab scan", format!("http://h/{hostile}"), Summary { tone: Tone::Bad, answer: "FAIL".into(), headline: hostile.into(), figures: vec![("series".into(), hostile.into())], text: vec![hostile.into()] })
-            .section(Section::new(hostile).table(table).facts(vec![(hostile.into(), hostile.into())]).notes(&[hostile.to_string()]).text(hostile))
+        let table = Table::new(["holder", "bytes"])
+            .numeric(&[1])
+            .rows([[Cell::code(hostile), Cell::new("1.02 kB").tone(Tone::Bad)]])
+            .caption(format!("held by {hostile}"));
+        Page::new(
+            "leaklab scan",
+            format!("http://h/{hostile}"),
+            Summary {
+                tone: Tone::Bad,
+                answer: "FAIL".into(),
+                headline: hostile.into(),
+                figures: vec![("series".into(), hostile.into())],
+                text: vec![hostile.into()],
+            },
+        )
+        .section(
+            Section::new(hostile)
+                .table(table)
+                .facts(vec![(hostile.into(), hostile.into())])
+                .notes(&[hostile.to_string()])
+                .text(hostile),
+        )
     }
 
     #[test]
     fn every_string_from_outside_is_text_never_markup() {
         let hostile = r#"<script>alert("x")</script> & <img src=x onerror=alert(1)> '"#;
         let html = page(hostile).render();
-        assert!(!html.contains("<script") && !html.contains("<img"), "{html}");
+        assert!(
+            !html.contains("<script") && !html.contains("<img"),
+            "{html}"
+        );
         let escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;img src=x onerror=alert(1)&gt; '";
         // The title, the header, the box (headline, figure, text), the section's title, the
         // table's cell and caption, the facts (label and value), the note and the text.
@@ -357,28 +397,48 @@ mod tests {
     #[test]
     fn the_verdict_comes_before_the_evidence_and_nothing_is_fetched() {
         let html = page("x").render();
-        let (verdict, table) = (html.find("class=\"summary bad\"").unwrap(), html.find("<table>").unwrap());
+        let (verdict, table) = (
+            html.find("class=\"summary bad\"").unwrap(),
+            html.find("<table>").unwrap(),
+        );
         assert!(verdict < table);
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert!(html.contains("Content-Security-Policy") && html.contains("default-src 'none'"));
-        for fetch in ["src=\"http", "href=\"http", "url(", "@import", "<script", "<link"] {
+        for fetch in [
+            "src=\"http",
+            "href=\"http",
+            "url(",
+            "@import",
+            "<script",
+            "<link",
+        ] {
             assert!(!html.contains(fetch), "{fetch} in the page");
         }
-        assert!(html.contains("<td class=\"num bad\">1.02 kB</td>"), "{html}");
+        assert!(
+            html.contains("<td class=\"num bad\">1.02 kB</td>"),
+            "{html}"
+        );
         assert!(html.contains("<td><code>x</code></td>"), "{html}");
     }
 
     #[test]
     fn a_cell_of_several_lines_keeps_them_apart() {
         let table = Table::new(["called from"]).rows([[Cell::code("a.py:1 in f\nb.py:2 in g")]]);
-        let html = Page::new("c", "t", Summary::default()).section(Section::new("s").table(table)).render();
+        let html = Page::new("c", "t", Summary::default())
+            .section(Section::new("s").table(table))
+            .render();
         assert!(html.contains("<td><div class=\"line\"><code>a.py:1 in f</code></div><div class=\"line\"><code>b.py:2 in g</code></div></td>"), "{html}");
     }
 
     #[test]
     fn backticks_mark_code_in_sentences_and_an_odd_one_is_left_alone() {
-        let page = |text: &str| Page::new("c", "t", Summary::default()).section(Section::new("s").text(text)).render();
-        assert!(page("run `leaklab snapshot explain <f>` for more").contains("<p>run <code>leaklab snapshot explain &lt;f&gt;</code> for more</p>"));
+        let page = |text: &str| {
+            Page::new("c", "t", Summary::default())
+                .section(Section::new("s").text(text))
+                .render()
+        };
+        assert!(page("run `leaklab snapshot explain <f>` for more")
+            .contains("<p>run <code>leaklab snapshot explain &lt;f&gt;</code> for more</p>"));
         assert!(page("a ` alone").contains("<p>a ` alone</p>"));
     }
 

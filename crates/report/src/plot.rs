@@ -12,7 +12,11 @@ static FONT: Once = Once::new();
 
 fn register_font() {
     FONT.call_once(|| {
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, include_bytes!("../assets/DejaVuSans.ttf"));
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            include_bytes!("../assets/DejaVuSans.ttf"),
+        );
     });
 }
 
@@ -30,8 +34,18 @@ pub struct Chart {
 }
 
 impl Chart {
-    pub fn new(name: impl Into<String>, title: impl Into<String>, lines: Vec<(String, Vec<(f64, f64)>)>, warmup: usize) -> Chart {
-        Chart { name: name.into(), title: title.into(), lines, warmup }
+    pub fn new(
+        name: impl Into<String>,
+        title: impl Into<String>,
+        lines: Vec<(String, Vec<(f64, f64)>)>,
+        warmup: usize,
+    ) -> Chart {
+        Chart {
+            name: name.into(),
+            title: title.into(),
+            lines,
+            warmup,
+        }
     }
 
     pub fn svg(&self) -> Result<Svg> {
@@ -58,17 +72,25 @@ impl Chart {
         }
         let mut png = Vec::new();
         use image::ImageEncoder;
-        image::codecs::png::PngEncoder::new(&mut png).write_image(&pixels, w, h, image::ColorType::Rgb8).map_err(|e| self.failed(e))?;
+        image::codecs::png::PngEncoder::new(&mut png)
+            .write_image(&pixels, w, h, image::ColorType::Rgb8)
+            .map_err(|e| self.failed(e))?;
         Ok(png)
     }
 
     /// `<name>.svg` and `<name>.png`, to write beside the report.
     pub fn files(&self) -> Result<Vec<Attachment>> {
-        Ok(vec![Attachment::new(format!("{}.svg", self.name), self.svg()?.as_str()), Attachment::new(format!("{}.png", self.name), self.png()?)])
+        Ok(vec![
+            Attachment::new(format!("{}.svg", self.name), self.svg()?.as_str()),
+            Attachment::new(format!("{}.png", self.name), self.png()?),
+        ])
     }
 
     fn failed(&self, e: impl std::fmt::Debug) -> Error {
-        Error::Plot { chart: self.name.clone(), reason: format!("{e:?}") }
+        Error::Plot {
+            chart: self.name.clone(),
+            reason: format!("{e:?}"),
+        }
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
@@ -108,19 +130,37 @@ impl Chart {
         let warm = self.warmup as f64;
         let grey = ShapeStyle::from(&BLACK.mix(0.45)).stroke_width(2);
         chart
-            .draw_series(LineSeries::new([(warm, y_min - pad), (warm, y_max + pad)], grey))
+            .draw_series(LineSeries::new(
+                [(warm, y_min - pad), (warm, y_max + pad)],
+                grey,
+            ))
             .map_err(e)?
             .label("end of warm-up")
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
         for (i, (label, line)) in self.lines.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             chart
-                .draw_series(LineSeries::new(line.iter().copied(), ShapeStyle::from(&color).stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    line.iter().copied(),
+                    ShapeStyle::from(&color).stroke_width(2),
+                ))
                 .map_err(e)?
                 .label(label.as_str())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], ShapeStyle::from(&color).stroke_width(3)));
+                .legend(move |(x, y)| {
+                    PathElement::new(
+                        [(x, y), (x + 20, y)],
+                        ShapeStyle::from(&color).stroke_width(3),
+                    )
+                });
         }
-        chart.configure_series_labels().label_font(("sans-serif", 17)).background_style(WHITE.mix(0.9)).border_style(BLACK.mix(0.4)).position(SeriesLabelPosition::UpperLeft).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 17))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.4))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(e)?;
         Ok(())
     }
 }
@@ -130,24 +170,44 @@ mod tests {
     use super::*;
 
     fn chart(label: &str) -> Chart {
-        Chart::new("c", format!("{label}: leak"), vec![(label.to_string(), (0..100).map(|i| (i as f64, i as f64 * 0.016)).collect())], 10)
+        Chart::new(
+            "c",
+            format!("{label}: leak"),
+            vec![(
+                label.to_string(),
+                (0..100).map(|i| (i as f64, i as f64 * 0.016)).collect(),
+            )],
+            10,
+        )
     }
 
     #[test]
     fn a_chart_draws_as_a_scalable_svg_and_a_png() {
         let svg = chart("anonymous").svg().unwrap();
-        assert!(svg.as_str().starts_with("<svg") && svg.as_str().contains("viewBox"), "{}", &svg.as_str()[..200]);
-        assert!(svg.as_str().contains("anonymous: leak") && svg.as_str().contains("end of warm-up"));
+        assert!(
+            svg.as_str().starts_with("<svg") && svg.as_str().contains("viewBox"),
+            "{}",
+            &svg.as_str()[..200]
+        );
+        assert!(
+            svg.as_str().contains("anonymous: leak") && svg.as_str().contains("end of warm-up")
+        );
         let png = chart("anonymous").png().unwrap();
         assert_eq!(&png[1..4], b"PNG");
         let files = chart("anonymous").files().unwrap();
-        assert_eq!(files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["c.svg", "c.png"]);
+        assert_eq!(
+            files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["c.svg", "c.png"]
+        );
     }
 
     #[test]
     fn a_label_from_outside_is_escaped_in_the_svg() {
         let svg = chart("x{pod=\"<script>a</script>\"}").svg().unwrap();
-        assert!(!svg.as_str().contains("<script"), "plotters escapes the text it draws");
+        assert!(
+            !svg.as_str().contains("<script"),
+            "plotters escapes the text it draws"
+        );
         assert!(svg.as_str().contains("&lt;script&gt;"));
     }
 }

@@ -10,16 +10,28 @@ pub struct Bars(MultiProgress);
 impl Bars {
     /// With `quiet` (for `--json`), nothing is drawn.
     pub fn new(quiet: bool) -> Bars {
-        Bars(MultiProgress::with_draw_target(if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() }))
+        Bars(MultiProgress::with_draw_target(if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        }))
     }
 
     /// A bar counting `total` requests, named `prefix` (a variant, "scan").
     pub fn requests(&self, total: usize, prefix: &str) -> ProgressBar {
-        self.0.add(ProgressBar::new(total as u64).with_style(style()).with_prefix(prefix.to_string()))
+        self.0.add(
+            ProgressBar::new(total as u64)
+                .with_style(style())
+                .with_prefix(prefix.to_string()),
+        )
     }
 }
 
 /// `   graph-leaky [=========>      ] 120/220 requests 41.2/s 3s leak (as expected)`.
 fn style() -> ProgressStyle {
-    ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} requests {per_sec} {elapsed} {msg}").expect("valid template").progress_chars("=> ")
+    ProgressStyle::with_template(
+        "{prefix:>12} [{bar:30}] {pos}/{len} requests {per_sec} {elapsed} {msg}",
+    )
+    .expect("valid template")
+    .progress_chars("=> ")
 }

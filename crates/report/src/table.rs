@@ -27,13 +27,20 @@ pub struct Cell {
 
 impl Cell {
     pub fn new(text: impl Into<String>) -> Cell {
-        Cell { text: text.into(), ..Cell::default() }
+        Cell {
+            text: text.into(),
+            ..Cell::default()
+        }
     }
 
     /// A cell in a fixed-width font on the page (in backticks in markdown where the caller
     /// writes them).
     pub fn code(text: impl Into<String>) -> Cell {
-        Cell { text: text.into(), code: true, ..Cell::default() }
+        Cell {
+            text: text.into(),
+            code: true,
+            ..Cell::default()
+        }
     }
 
     pub fn tone(mut self, tone: impl Into<Tone>) -> Cell {
@@ -73,11 +80,20 @@ pub struct Table {
 
 impl Table {
     pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Table {
-        Table { header: header.into_iter().map(Into::into).collect(), ..Table::default() }
+        Table {
+            header: header.into_iter().map(Into::into).collect(),
+            ..Table::default()
+        }
     }
 
-    pub fn rows<R: IntoIterator<Item = C>, C: Into<Cell>>(mut self, rows: impl IntoIterator<Item = R>) -> Table {
-        self.rows.extend(rows.into_iter().map(|r| r.into_iter().map(Into::into).collect()));
+    pub fn rows<R: IntoIterator<Item = C>, C: Into<Cell>>(
+        mut self,
+        rows: impl IntoIterator<Item = R>,
+    ) -> Table {
+        self.rows.extend(
+            rows.into_iter()
+                .map(|r| r.into_iter().map(Into::into).collect()),
+        );
         self
     }
 
@@ -105,21 +121,61 @@ impl Table {
 /// A table for the terminal: columns padded to their widest cell, a rule under the header,
 /// two spaces between columns, no trailing spaces (run-lab's verdicts, scan's series, the
 /// fleet's groups).
-pub fn aligned_table<H: AsRef<str>, C: AsRef<str>, R: AsRef<[C]>>(header: &[H], rows: &[R]) -> String {
+pub fn aligned_table<H: AsRef<str>, C: AsRef<str>, R: AsRef<[C]>>(
+    header: &[H],
+    rows: &[R],
+) -> String {
     let width = |s: &str| s.chars().count();
-    let widths: Vec<usize> = (0..header.len()).map(|c| rows.iter().map(|r| width(r.as_ref()[c].as_ref())).chain([width(header[c].as_ref())]).max().unwrap_or(0)).collect();
-    let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
-    let mut out = vec![line(header.iter().map(AsRef::as_ref).collect()), widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")];
-    out.extend(rows.iter().map(|r| line(r.as_ref().iter().map(AsRef::as_ref).collect())));
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| width(r.as_ref()[c].as_ref()))
+                .chain([width(header[c].as_ref())])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = vec![
+        line(header.iter().map(AsRef::as_ref).collect()),
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  "),
+    ];
+    out.extend(
+        rows.iter()
+            .map(|r| line(r.as_ref().iter().map(AsRef::as_ref).collect())),
+    );
     out.join("\n")
 }
 
 /// The same table in markdown, for report.md.
-pub fn markdown_table<H: AsRef<str>, C: AsRef<str>, R: AsRef<[C]>>(header: &[H], rows: &[R]) -> String {
+pub fn markdown_table<H: AsRef<str>, C: AsRef<str>, R: AsRef<[C]>>(
+    header: &[H],
+    rows: &[R],
+) -> String {
     let cells = |r: &mut dyn Iterator<Item = &str>| r.collect::<Vec<_>>().join(" | ");
-    let mut md = format!("| {} |\n|{}\n", cells(&mut header.iter().map(AsRef::as_ref)), "---|".repeat(header.len()));
+    let mut md = format!(
+        "| {} |\n|{}\n",
+        cells(&mut header.iter().map(AsRef::as_ref)),
+        "---|".repeat(header.len())
+    );
     for r in rows {
-        md.push_str(&format!("| {} |\n", cells(&mut r.as_ref().iter().map(AsRef::as_ref))));
+        md.push_str(&format!(
+            "| {} |\n",
+            cells(&mut r.as_ref().iter().map(AsRef::as_ref))
+        ));
     }
     md
 }
@@ -129,7 +185,10 @@ mod tests {
     use super::*;
 
     fn rows() -> Vec<[String; 3]> {
-        vec![["graph-leaky".into(), "leak".into(), "81.92 kB ± 0 B".into()], ["baseline".into(), "flat".into(), "0 B ± 0 B".into()]]
+        vec![
+            ["graph-leaky".into(), "leak".into(), "81.92 kB ± 0 B".into()],
+            ["baseline".into(), "flat".into(), "0 B ± 0 B".into()],
+        ]
     }
 
     #[test]
@@ -141,7 +200,10 @@ variant      verdict  bytes/request
 graph-leaky  leak     81.92 kB ± 0 B
 baseline     flat     0 B ± 0 B";
         assert_eq!(table, expected);
-        assert!(table.lines().all(|l| !l.ends_with(' ')), "no trailing spaces");
+        assert!(
+            table.lines().all(|l| !l.ends_with(' ')),
+            "no trailing spaces"
+        );
     }
 
     #[test]
@@ -149,7 +211,11 @@ baseline     flat     0 B ± 0 B";
         // "±" and "→" are two and three bytes: padding by bytes would misalign the columns.
         let table = aligned_table(&["a", "b"], &[["± → ±", "x"], ["abcde", "y"]]);
         let second_column: Vec<Option<char>> = table.lines().map(|l| l.chars().nth(7)).collect();
-        assert_eq!(second_column, [Some('b'), Some('-'), Some('x'), Some('y')], "{table}");
+        assert_eq!(
+            second_column,
+            [Some('b'), Some('-'), Some('x'), Some('y')],
+            "{table}"
+        );
     }
 
     #[test]
@@ -168,9 +234,19 @@ baseline     flat     0 B ± 0 B";
 
     #[test]
     fn a_table_writes_the_same_cells_as_the_functions_and_keeps_tones_out_of_the_text() {
-        let table = Table::new(["variant", "verdict", "bytes/request"]).rows(rows().into_iter().map(|[a, b, c]| [Cell::new(a), Cell::new(b).tone(Tone::Bad), Cell::code(c)]));
-        assert_eq!(table.text(), aligned_table(&["variant", "verdict", "bytes/request"], &rows()));
-        assert_eq!(table.markdown(), markdown_table(&["variant", "verdict", "bytes/request"], &rows()));
+        let table = Table::new(["variant", "verdict", "bytes/request"]).rows(
+            rows()
+                .into_iter()
+                .map(|[a, b, c]| [Cell::new(a), Cell::new(b).tone(Tone::Bad), Cell::code(c)]),
+        );
+        assert_eq!(
+            table.text(),
+            aligned_table(&["variant", "verdict", "bytes/request"], &rows())
+        );
+        assert_eq!(
+            table.markdown(),
+            markdown_table(&["variant", "verdict", "bytes/request"], &rows())
+        );
         assert_eq!(table.rows[0][1].tone, Tone::Bad);
     }
 }

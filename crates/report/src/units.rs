@@ -39,7 +39,11 @@ mod tests {
         assert_eq!(human_bytes(16_384.0), "16.38 kB");
         assert_eq!(human_bytes(50e6), "50.00 MB");
         assert_eq!(human_bytes(2_147_483_648.0), "2.15 GB");
-        assert_eq!(human_bytes(-81_920.0), "-81.92 kB", "a shrinking series reads as such");
+        assert_eq!(
+            human_bytes(-81_920.0),
+            "-81.92 kB",
+            "a shrinking series reads as such"
+        );
     }
 
     #[test]
@@ -47,7 +51,11 @@ mod tests {
         assert_eq!(human_duration(59.6), "60 s");
         assert_eq!(human_duration(119.0), "119 s");
         assert_eq!(human_duration(120.0), "2 min");
-        assert_eq!(human_duration(43_520.0), "12.1 h", "the reference scenario's OOM");
+        assert_eq!(
+            human_duration(43_520.0),
+            "12.1 h",
+            "the reference scenario's OOM"
+        );
         assert_eq!(human_duration(7.0 * 86400.0), "7.0 days");
     }
 }

@@ -1,4 +1,4 @@
-//! `leaklab bench`: the criterion figures turned into ratios, and the HTTP side by side: the
+//! `leaklab-lab bench`: the criterion figures turned into ratios, and the HTTP side by side: the
 //! Rust service against its Python twin (same model and weights, same threads, same requests),
 //! plus the cross-check that the Python twin's leaks keep about the same bytes per request.
 
@@ -107,13 +107,21 @@ fn throughput(run: &VariantRun, rows: i64) -> Option<Throughput> {
     }
     let requests = run.latencies_us.len();
     let rps = requests as f64 / run.load_seconds;
-    Some(Throughput { requests, errors: run.errors, seconds: run.load_seconds, requests_per_second: rps, samples_per_second: rps * rows as f64 })
+    Some(Throughput {
+        requests,
+        errors: run.errors,
+        seconds: run.load_seconds,
+        requests_per_second: rps,
+        samples_per_second: rps * rows as f64,
+    })
 }
 
 /// Bytes per request on `probe`. The cross-check compares the malloc heap, the one probe both
 /// services share (PyTorch exposes no CPU allocator counts).
 fn slope(run: &VariantRun, warmup: usize, probe: Probe) -> Option<f64> {
-    judge(&series(&run.samples, probe)?, &config_for(probe, warmup)).ok().map(|j| j.slope.bytes_per_request)
+    judge(&series(&run.samples, probe)?, &config_for(probe, warmup))
+        .ok()
+        .map(|j| j.slope.bytes_per_request)
 }
 
 /// Reads criterion's mean estimate (ns per iteration) for every benchmark under `dir`.
@@ -121,14 +129,27 @@ pub fn criterion_estimates(dir: &Path) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let path = e.path();
-            if path.is_dir() && e.file_name() != "report" && e.file_name() != "base" && e.file_name() != "change" {
+            if path.is_dir()
+                && e.file_name() != "report"
+                && e.file_name() != "base"
+                && e.file_name() != "change"
+            {
                 stack.push(path);
             } else if path.ends_with("new/estimates.json") {
-                let id = path.parent().and_then(Path::parent).and_then(|p| p.strip_prefix(dir).ok()).map(|p| p.display().to_string());
-                let mean = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()).and_then(|v| v["mean"]["point_estimate"].as_f64());
+                let id = path
+                    .parent()
+                    .and_then(Path::parent)
+                    .and_then(|p| p.strip_prefix(dir).ok())
+                    .map(|p| p.display().to_string());
+                let mean = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .and_then(|v| v["mean"]["point_estimate"].as_f64());
                 if let (Some(id), Some(mean)) = (id, mean) {
                     out.push((id, mean));
                 }
@@ -142,7 +163,10 @@ pub fn criterion_estimates(dir: &Path) -> Vec<(String, f64)> {
 pub async fn bench(options: &BenchOptions) -> BenchReport {
     let hidden = leaklab_report::progress::ProgressBar::hidden();
     let rows = options.rust.scale.batch();
-    let python = RunOptions { twin: Some(options.twin.clone()), ..options.rust.clone() };
+    let python = RunOptions {
+        twin: Some(options.twin.clone()),
+        ..options.rust.clone()
+    };
     let mut failures = Vec::new();
     let mut record = |run: &VariantRun, who: &str| {
         if let Some(f) = &run.failure {
@@ -154,7 +178,11 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
     let python_run = run_variant(&python, Variant::Baseline, &hidden).await;
     record(&python_run, "python");
 
-    let leak_options = |o: &RunOptions| RunOptions { requests: options.leak_requests, concurrency: 1, ..o.clone() };
+    let leak_options = |o: &RunOptions| RunOptions {
+        requests: options.leak_requests,
+        concurrency: 1,
+        ..o.clone()
+    };
     let mut leaks = Vec::new();
     for variant in [Variant::GraphLeaky, Variant::RefsLeaky, Variant::CacheLeaky] {
         let r = run_variant(&leak_options(&options.rust), variant, &hidden).await;
@@ -182,7 +210,9 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|p| serde_json::from_value(p["runs"].clone()).ok())
             .unwrap_or_default(),
-        agent: std::fs::read(options.criterion_dir.join("agent/census.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()),
+        agent: std::fs::read(options.criterion_dir.join("agent/census.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok()),
     }
 }
 
@@ -197,18 +227,27 @@ fn human_ns(ns: f64) -> String {
 fn machine() -> String {
     let cpu = leaklab_proc::cpu_model();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{} × {}", cores, cpu.unwrap_or_else(|| "unknown CPU".into()))
+    format!(
+        "{} × {}",
+        cores,
+        cpu.unwrap_or_else(|| "unknown CPU".into())
+    )
 }
 
 impl BenchReport {
     fn ns(&self, id: &str) -> Option<f64> {
-        self.criterion.iter().find(|(k, _)| k == id).map(|(_, v)| *v)
+        self.criterion
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, v)| *v)
     }
 
     /// "time of `fixed` ÷ time of `leaky`", with both times, when both were measured.
     fn time_ratio(&self, leaky: &str, fixed: &str) -> String {
         match (self.ns(leaky), self.ns(fixed)) {
-            (Some(l), Some(f)) if l > 0.0 => format!("{:.2} ({} → {})", f / l, human_ns(l), human_ns(f)),
+            (Some(l), Some(f)) if l > 0.0 => {
+                format!("{:.2} ({} → {})", f / l, human_ns(l), human_ns(f))
+            }
             _ => "not measured".into(),
         }
     }
@@ -218,28 +257,70 @@ impl BenchReport {
         md.push_str(&format!("Machine: {}. Torch threads: {}. Produced by `{command}` (figures from one run; compare as ratios, not absolutes).\n\n", self.machine, self.threads));
         md.push_str("## What each fix costs or gains (criterion, CPU)\n\nEach cell: time of the fixed path ÷ time of the leaky one (below 1, the fix is also faster), then both times per call. Throughput in samples/s is batch ÷ time. The criterion groups run libtorch on one thread: on a shared two-core machine, two OpenMP threads made the same forward vary by ±30 % from run to run, which drowned the differences being measured.\n\n| comparison | batch 8 | batch 64 |\n|---|---|---|\n");
         let row = |md: &mut String, label: &str, leaky: &str, fixed: &str| {
-            md.push_str(&format!("| {label} | {} | {} |\n", self.time_ratio(&format!("{leaky}/8"), &format!("{fixed}/8")), self.time_ratio(&format!("{leaky}/64"), &format!("{fixed}/64"))));
+            md.push_str(&format!(
+                "| {label} | {} | {} |\n",
+                self.time_ratio(&format!("{leaky}/8"), &format!("{fixed}/8")),
+                self.time_ratio(&format!("{leaky}/64"), &format!("{fixed}/64"))
+            ));
         };
-        row(&mut md, "forward: inference mode ÷ grad-enabled", "cpu_forward/grad", "cpu_forward/inference_mode");
-        row(&mut md, "forward: no_grad ÷ grad-enabled", "cpu_forward/grad", "cpu_forward/no_grad");
-        row(&mut md, "forward: inference mode ÷ no_grad", "cpu_forward/no_grad", "cpu_forward/inference_mode");
-        row(&mut md, "telemetry: f64 history ÷ tensor history (per request)", "cpu_telemetry/tensor_history", "cpu_telemetry/primitive_history");
-        row(&mut md, "cache: byte-bounded LRU ÷ unbounded map (insert + lookup)", "cpu_cache/unbounded", "cpu_cache/lru_bytes");
+        row(
+            &mut md,
+            "forward: inference mode ÷ grad-enabled",
+            "cpu_forward/grad",
+            "cpu_forward/inference_mode",
+        );
+        row(
+            &mut md,
+            "forward: no_grad ÷ grad-enabled",
+            "cpu_forward/grad",
+            "cpu_forward/no_grad",
+        );
+        row(
+            &mut md,
+            "forward: inference mode ÷ no_grad",
+            "cpu_forward/no_grad",
+            "cpu_forward/inference_mode",
+        );
+        row(
+            &mut md,
+            "telemetry: f64 history ÷ tensor history (per request)",
+            "cpu_telemetry/tensor_history",
+            "cpu_telemetry/primitive_history",
+        );
+        row(
+            &mut md,
+            "cache: byte-bounded LRU ÷ unbounded map (insert + lookup)",
+            "cpu_cache/unbounded",
+            "cpu_cache/lru_bytes",
+        );
         // The sample's own cost, measured directly, against the pipeline it rides on: the
         // allocators every request, the process probes every tenth (the service's policy). An
         // A/B of two whole-pipeline runs is shown beside it, but its noise is larger than the
         // effect on this machine.
-        let per_request = match (self.ns("cpu_probe_overhead/sample_allocators"), self.ns("cpu_probe_overhead/sample_without_nvml")) {
+        let per_request = match (
+            self.ns("cpu_probe_overhead/sample_allocators"),
+            self.ns("cpu_probe_overhead/sample_without_nvml"),
+        ) {
             (Some(fast), Some(full)) => Some(fast + full / 10.0),
             _ => None,
         };
-        let ab = |rows: u32| match (self.ns(&format!("cpu_pipeline/baseline/{rows}")), self.ns(&format!("cpu_pipeline/baseline_with_sample/{rows}"))) {
+        let ab = |rows: u32| match (
+            self.ns(&format!("cpu_pipeline/baseline/{rows}")),
+            self.ns(&format!("cpu_pipeline/baseline_with_sample/{rows}")),
+        ) {
             (Some(a), Some(b)) if a > 0.0 => Some((b / a - 1.0, b - a)),
             _ => None,
         };
         let overhead = |rows: u32| {
-            let direct = match (per_request, self.ns(&format!("cpu_pipeline/baseline/{rows}"))) {
-                (Some(cost), Some(p)) if p > 0.0 => format!("sample alone {:.3} % ({} per request)", cost / p * 100.0, human_ns(cost)),
+            let direct = match (
+                per_request,
+                self.ns(&format!("cpu_pipeline/baseline/{rows}")),
+            ) {
+                (Some(cost), Some(p)) if p > 0.0 => format!(
+                    "sample alone {:.3} % ({} per request)",
+                    cost / p * 100.0,
+                    human_ns(cost)
+                ),
                 _ => "sample alone not measured".into(),
             };
             let whole = ab(rows).map_or("-".into(), |(r, _)| format!("{:+.1} %", r * 100.0));
@@ -268,12 +349,27 @@ impl BenchReport {
         md.push_str("The telemetry fix costs a few microseconds per request (a reduction and a copy of one number) against a pipeline of hundreds: it is the leak that is free, not the fix that is dear.\n\n");
 
         md.push_str("## The service over HTTP: Rust against the Python twin (baseline variant, batch 8)\n\n");
-        let tp = |t: &Option<Throughput>| t.as_ref().map_or("failed".into(), |t| format!("{:.0} req/s ({:.0} samples/s), {} requests, {} errors", t.requests_per_second, t.samples_per_second, t.requests, t.errors));
-        md.push_str(&format!("- Rust (axum + tch): {}\n- Python (FastAPI + PyTorch): {}\n", tp(&self.rust_service), tp(&self.python_service)));
+        let tp = |t: &Option<Throughput>| {
+            t.as_ref().map_or("failed".into(), |t| {
+                format!(
+                    "{:.0} req/s ({:.0} samples/s), {} requests, {} errors",
+                    t.requests_per_second, t.samples_per_second, t.requests, t.errors
+                )
+            })
+        };
+        md.push_str(&format!(
+            "- Rust (axum + tch): {}\n- Python (FastAPI + PyTorch): {}\n",
+            tp(&self.rust_service),
+            tp(&self.python_service)
+        ));
         if let (Some(r), Some(p)) = (&self.rust_service, &self.python_service) {
-            md.push_str(&format!("- **Rust / Python: {:.2}×** requests per second (goal ≥ 1.5×)\n", r.requests_per_second / p.requests_per_second));
+            md.push_str(&format!(
+                "- **Rust / Python: {:.2}×** requests per second (goal ≥ 1.5×)\n",
+                r.requests_per_second / p.requests_per_second
+            ));
         }
-        if let (Some(r), Some(raw)) = (&self.rust_service, self.ns("cpu_forward/inference_mode/8")) {
+        if let (Some(r), Some(raw)) = (&self.rust_service, self.ns("cpu_forward/inference_mode/8"))
+        {
             let raw_sps = 8.0 / (raw * 1e-9);
             md.push_str(&format!(
                 "- **service / raw forward: {:.2}** in samples per second ({:.0} vs {:.0}; goal ≥ 0.90). The whole pipeline (preprocess, forward, postprocess, telemetry) costs what the forward does (see `cpu_pipeline/baseline/8` below); the gap is HTTP and JSON in and out, plus the load client itself, which shares this machine's two cores with the service\n",
@@ -285,11 +381,21 @@ impl BenchReport {
         md.push_str("\n## Cross-check: the Python twin leaks what the Rust service leaks\n\nBytes per request on glibc's malloc heap (`mallinfo2`), the probe both processes share, after warm-up; the Rust allocator's exact figure beside it.\n\n| variant | Rust heap | Python heap | Python / Rust | Rust allocator (exact) |\n|---|---|---|---|---|\n");
         for l in &self.leaks {
             let b = |v: Option<f64>| v.map_or("-".into(), human_bytes);
-            let ratio = match (l.rust_heap_bytes_per_request, l.python_heap_bytes_per_request) {
+            let ratio = match (
+                l.rust_heap_bytes_per_request,
+                l.python_heap_bytes_per_request,
+            ) {
                 (Some(r), Some(p)) if r > 0.0 => format!("{:.2}", p / r),
                 _ => "-".into(),
             };
-            md.push_str(&format!("| {} | {} | {} | {} | {} |\n", l.variant, b(l.rust_heap_bytes_per_request), b(l.python_heap_bytes_per_request), ratio, b(l.rust_allocator_bytes_per_request)));
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                l.variant,
+                b(l.rust_heap_bytes_per_request),
+                b(l.python_heap_bytes_per_request),
+                ratio,
+                b(l.rust_allocator_bytes_per_request)
+            ));
         }
         if !self.failures.is_empty() {
             md.push_str("\n## Failures\n\n");
@@ -299,7 +405,9 @@ impl BenchReport {
         }
         md.push_str(&self.instrument_markdown());
         md.push_str(&self.agent_markdown());
-        md.push_str("\n## Raw criterion means (ns per iteration)\n\n| benchmark | mean |\n|---|---|\n");
+        md.push_str(
+            "\n## Raw criterion means (ns per iteration)\n\n| benchmark | mean |\n|---|---|\n",
+        );
         for (id, ns) in &self.criterion {
             md.push_str(&format!("| {id} | {ns:.0} |\n"));
         }
@@ -313,7 +421,12 @@ impl BenchReport {
             return "\n## The Python agent's costs\n\nNot measured (crates/cli/python/bench/census_bench.py).\n".into();
         };
         let m = &a.middleware;
-        let (low, high) = m.added_us_rounds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let (low, high) = m
+            .added_us_rounds
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                (l.min(x), h.max(x))
+            });
         let mut md = format!(
             "\n## The Python agent's costs\n\nFrom crates/cli/python/bench/census_bench.py. `LeaklabDebug` in front of a bare ASGI app, {} rounds of {} requests each way, interleaved: **+{:.2} µs a request** (median; {:.2} → {:.2} µs; rounds {low:.2} to {high:.2} µs), goal < 5 µs.\n\nA census among 10,000 live tensors as more Python objects are alive (goal: 10,000 tensors among 1,000,000 objects in < 1 s). The census runs in a worker thread; it holds the GIL for at most one `gc.get_objects()` call at a stretch and yields every 1,024 objects, an event loop in the same process waits as long as the wait column shows.\n\n| objects tracked | tensors | census wall (best of 3) | census CPU | longest event-loop wait (without a census) | one gc.get_objects() | peak RSS growth |\n|---|---|---|---|---|---|---|\n",
             m.rounds, m.requests_per_round, m.added_us, m.bare_us, m.with_agent_us
@@ -321,7 +434,14 @@ impl BenchReport {
         for c in &a.census {
             md.push_str(&format!(
                 "| {} | {} | {:.2} s | {:.2} s | {:.1} ms ({:.1} ms) | {:.1} ms | {:.1} MB |\n",
-                c.objects, c.tensors, c.seconds_best, c.cpu_seconds_best, c.event_loop_longest_wait_ms, c.event_loop_longest_wait_without_census_ms, c.gc_get_objects_ms, c.peak_rss_growth_mb
+                c.objects,
+                c.tensors,
+                c.seconds_best,
+                c.cpu_seconds_best,
+                c.event_loop_longest_wait_ms,
+                c.event_loop_longest_wait_without_census_ms,
+                c.gc_get_objects_ms,
+                c.peak_rss_growth_mb
             ));
         }
         md
@@ -331,19 +451,33 @@ impl BenchReport {
     /// shape at 1 GB and of 5 GB (each run's time and peak memory from the bench's peak.json,
     /// beside the criterion mean), the fleet's judging.
     fn instrument_markdown(&self) -> String {
-        let mut md = String::from("\n## The instrument's costs\n\n| what | figure | goal |\n|---|---|---|\n");
+        let mut md = String::from(
+            "\n## The instrument's costs\n\n| what | figure | goal |\n|---|---|---|\n",
+        );
         let none = || "not measured".to_string();
         let capture = match (self.ns("cpu_history_stacks/history_no_stacks/0"), self.ns("cpu_history_stacks/stacks/64"), self.ns("cpu_history_stacks/history_off/0")) {
             (Some(plain), Some(deep), Some(off)) => format!("{} per allocation and free (64 frames: {} against {} with the history recording no stacks, {} with it off)", human_ns(deep - plain), human_ns(deep), human_ns(plain), human_ns(off)),
             _ => none(),
         };
-        md.push_str(&format!("| native stack capture, PyTorch's unwinder, 64 frames | {capture} | ≤ 2 µs |\n"));
+        md.push_str(&format!(
+            "| native stack capture, PyTorch's unwinder, 64 frames | {capture} | ≤ 2 µs |\n"
+        ));
         if self.snapshot_runs.is_empty() {
             md.push_str("| `snapshot explain` of 1 GB snapshots | not measured | < 3 s, peak anonymous memory under 0.5× the file |\n");
         }
         for run in &self.snapshot_runs {
-            let mean = self.criterion.iter().find(|(k, _)| k.starts_with(&format!("cpu_snapshot_explain/{}/", run.shape))).map_or(String::new(), |(_, ns)| format!("; {:.2} s (criterion mean)", ns * 1e-9));
-            let goal = if run.file_bytes > 2 << 30 { "< 20 s" } else { "< 3 s, peak anonymous memory under 0.5× the file" };
+            let mean = self
+                .criterion
+                .iter()
+                .find(|(k, _)| k.starts_with(&format!("cpu_snapshot_explain/{}/", run.shape)))
+                .map_or(String::new(), |(_, ns)| {
+                    format!("; {:.2} s (criterion mean)", ns * 1e-9)
+                });
+            let goal = if run.file_bytes > 2 << 30 {
+                "< 20 s"
+            } else {
+                "< 3 s, peak anonymous memory under 0.5× the file"
+            };
             md.push_str(&format!(
                 "| `snapshot explain`, {} ({}) | {:.2} s (one run, load {:.1}){mean}; peak anonymous memory {} ({:.2}× the file) | {goal} |\n",
                 run.shape,
@@ -354,7 +488,17 @@ impl BenchReport {
                 run.peak_anon_over_file
             ));
         }
-        let fleet = self.criterion.iter().find(|(k, _)| k.starts_with("fleet_judge/")).map_or_else(none, |(k, ns)| format!("{}: {:.1} ms", k.trim_start_matches("fleet_judge/").replace('_', " "), ns * 1e-6));
+        let fleet = self
+            .criterion
+            .iter()
+            .find(|(k, _)| k.starts_with("fleet_judge/"))
+            .map_or_else(none, |(k, ns)| {
+                format!(
+                    "{}: {:.1} ms",
+                    k.trim_start_matches("fleet_judge/").replace('_', " "),
+                    ns * 1e-6
+                )
+            });
         md.push_str(&format!("| fleet judging (lives, troughs, verdicts), no server | {fleet} | the whole scan of 1,000 series × 12 h at 15 s < 5 s (docs/fleet.md: 3.2 s with the query) |\n"));
         md
     }
@@ -367,10 +511,30 @@ mod tests {
     /// census_bench.py's own output (a `--quick` run) reads into the report and shows on the page.
     #[test]
     fn the_agents_bench_output_reads_and_shows() {
-        let agent: AgentCosts = serde_json::from_str(include_str!("../tests/fixtures/census_bench_quick.json")).expect("census_bench.py's JSON");
-        let report = BenchReport { machine: String::new(), threads: 1, rust_service: None, python_service: None, failures: vec![], leaks: vec![], criterion: vec![], snapshot_runs: vec![], agent: Some(agent) };
+        let agent: AgentCosts =
+            serde_json::from_str(include_str!("../tests/fixtures/census_bench_quick.json"))
+                .expect("census_bench.py's JSON");
+        let report = BenchReport {
+            machine: String::new(),
+            threads: 1,
+            rust_service: None,
+            python_service: None,
+            failures: vec![],
+            leaks: vec![],
+            criterion: vec![],
+            snapshot_runs: vec![],
+            agent: Some(agent),
+        };
         let md = report.markdown("test");
-        assert!(md.contains("**+0.63 µs a request** (median; 0.89 → 1.53 µs; rounds 0.63 to 0.66 µs)"), "{md}");
-        assert!(md.contains("| 184325 | 10000 | 0.20 s | 0.19 s | 15.3 ms (1.3 ms) | 9.0 ms | 8.2 MB |"), "{md}");
+        assert!(
+            md.contains("**+0.63 µs a request** (median; 0.89 → 1.53 µs; rounds 0.63 to 0.66 µs)"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| 184325 | 10000 | 0.20 s | 0.19 s | 15.3 ms (1.3 ms) | 9.0 ms | 8.2 MB |"
+            ),
+            "{md}"
+        );
     }
 }

@@ -1,20 +1,73 @@
-//! One library call per `leaklab` subcommand of the lab (run-lab, soak, bench): the binary
-//! parses flags into these plain structs and hands them over, and `leaklab_report::finish`
-//! prints, writes and exits with what comes back.
+//! The lab's commands (run-lab, soak, bench), which the `leaklab-lab` binary runs: each is its
+//! flags (a clap `Args` struct, the place to add one), one call that returns its report, and
+//! `leaklab_report::finish`, which prints, writes and exits with what comes back.
 //!
 //! The service is another program (`leaklab-service`, which links libtorch); it is found next
-//! to the running `leaklab`, or named with `--service` / `LEAKLAB_SERVICE`.
+//! to the running `leaklab-lab`, or named with `--service` / `LEAKLAB_SERVICE`.
 
 use crate::bench::{bench as run_bench, BenchOptions, BenchReport};
 use crate::driver::{PythonTwin, RunOptions};
 use crate::report::LabRun;
 use crate::soak::{self, SoakReport};
 use anyhow::{bail, Context, Result};
-use leaklab_report::{Outcome, Report};
+use clap::{Args, Parser, Subcommand};
+use leaklab_report::{finish, Outcome, Output, Report};
 use leaklab_vocab::{Device, DeviceRequest, Scale, Variant};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::Duration;
+
+/// `leaklab-lab`: the lab's commands, which need its service (`leaklab-service`, built by
+/// `cargo xtask run-lab` from a clone); the instrument (`leaklab scan`, `snapshot`, `judge`) is
+/// the `leaklab` binary.
+#[derive(Parser)]
+#[command(
+    name = "leaklab-lab",
+    version,
+    about = "The lab: every variant of its service run under load, judged and written up"
+)]
+pub struct LabCli {
+    #[command(subcommand)]
+    pub command: LabSubcommand,
+}
+
+#[derive(Subcommand)]
+pub enum LabSubcommand {
+    /// Run every variant of the lab's service under load, judge it and write the report.
+    /// Exit 0 every verdict as expected, 1 one is not, 2 could not judge.
+    RunLab(LabCommand),
+    /// Sustained load against the fixed variants and the baseline.
+    Soak(SoakCommand),
+    /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
+    Bench(BenchCommand),
+}
+
+/// Runs one command of the lab to its exit code.
+pub fn dispatch(command: LabSubcommand) -> ExitCode {
+    match command {
+        LabSubcommand::RunLab(cmd) if cmd.zoo.zoo => {
+            crate::zoo::finish(cmd.zoo, &cmd.out, cmd.json)
+        }
+        LabSubcommand::RunLab(cmd) => {
+            let output = Output::folder(&cmd.out, cmd.json);
+            finish("run-lab", run_lab(cmd), &output)
+        }
+        LabSubcommand::Soak(cmd) => {
+            let output = Output {
+                json: cmd.json,
+                markdown: Some(cmd.out.join("soak.md")),
+            };
+            finish("soak", soak(cmd), &output)
+        }
+        LabSubcommand::Bench(cmd) => {
+            let output = Output {
+                json: false,
+                markdown: Some(cmd.out.clone()),
+            };
+            finish("bench", bench(cmd), &output)
+        }
+    }
+}
 
 pub const SERVICE_VAR: &str = "LEAKLAB_SERVICE";
 const SERVICE_EXE: &str = "leaklab-service";
@@ -24,7 +77,11 @@ const SERVICE_EXE: &str = "leaklab-service";
 pub fn locate_service(explicit: Option<PathBuf>) -> Result<PathBuf> {
     let candidate = explicit
         .or_else(|| std::env::var_os(SERVICE_VAR).map(PathBuf::from))
-        .or_else(|| std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join(SERVICE_EXE))));
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|d| d.join(SERVICE_EXE)))
+        });
     match candidate {
         Some(path) if path.is_file() => Ok(path),
         Some(path) => bail!(
@@ -38,29 +95,58 @@ pub fn locate_service(explicit: Option<PathBuf>) -> Result<PathBuf> {
 /// What `request` (cpu, cuda or auto) means on this machine, as the service binary (the one
 /// that links libtorch) sees it. CUDA asked for and absent is its clear error, passed on.
 pub fn resolve_device(service: &Path, request: DeviceRequest) -> Result<Device> {
-    let out = Command::new(service).args(["device", "--device", request.name()]).output().with_context(|| format!("cannot run {}", service.display()))?;
+    let out = Command::new(service)
+        .args(["device", "--device", request.name()])
+        .output()
+        .with_context(|| format!("cannot run {}", service.display()))?;
     if !out.status.success() {
-        bail!("{}", String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("Error: "));
+        bail!(
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .trim_start_matches("Error: ")
+        );
     }
-    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(anyhow::Error::msg)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(anyhow::Error::msg)
 }
 
-/// `leaklab run-lab`.
+/// `leaklab-lab run-lab`.
+#[derive(Args)]
 pub struct LabCommand {
-    pub service: Option<PathBuf>,
-    /// All eight when empty.
+    /// Variants to run (repeat the flag); all eight when absent.
+    #[arg(long = "variant")]
     pub variants: Vec<Variant>,
-    /// Default: 200, or 30 at the seed scale.
+    /// Measured requests per variant (default: 200, or 30 at the seed scale).
+    #[arg(long)]
     pub requests: Option<usize>,
-    /// Default: 20, or 5 at the seed scale.
+    /// Warm-up requests per variant, not judged (default: 20, or 5 at the seed scale).
+    #[arg(long)]
     pub warmup: Option<usize>,
+    #[arg(long, default_value_t = 2)]
     pub concurrency: usize,
+    /// default (CPU-sized) or seed (the reference scenario).
+    #[arg(long, default_value = "default")]
     pub scale: Scale,
-    /// cpu, cuda or auto.
+    /// cpu, cuda, or auto (CUDA when a device is visible).
+    #[arg(long, default_value = "auto")]
     pub device: DeviceRequest,
-    /// Draw nothing on stderr (for `--json`).
-    pub quiet: bool,
+    /// Report folder.
+    #[arg(long, default_value = "target/leaklab")]
+    pub out: PathBuf,
+    /// Print the report as JSON and nothing else (and draw nothing on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Alloc/free events each service records for its memory_viz snapshot.
+    #[arg(long, default_value_t = 20_000)]
     pub memory_history: usize,
+    /// The lab's service binary (default: $LEAKLAB_SERVICE, else beside this one).
+    #[arg(long)]
+    pub service: Option<PathBuf>,
+    #[command(flatten)]
+    pub zoo: crate::zoo::ZooArgs,
 }
 
 /// Runs the lab: every variant judged, with what each brought back for the charts and pickles.
@@ -80,29 +166,53 @@ pub fn run_lab(cmd: LabCommand) -> Result<LabRun> {
         twin: None,
         threads: None,
     };
-    let variants = if cmd.variants.is_empty() { Variant::ALL.to_vec() } else { cmd.variants };
-    if !cmd.quiet {
-        eprintln!("leaklab: {} variants, {} warm-up + {} requests each, scale {}, device {device}", variants.len(), options.warmup, options.requests, options.scale.name());
+    let variants = if cmd.variants.is_empty() {
+        Variant::ALL.to_vec()
+    } else {
+        cmd.variants
+    };
+    if !cmd.json {
+        eprintln!(
+            "leaklab: {} variants, {} warm-up + {} requests each, scale {}, device {device}",
+            variants.len(),
+            options.warmup,
+            options.requests,
+            options.scale.name()
+        );
     }
-    Ok(runtime()?.block_on(crate::run_lab(&options, &variants, cmd.quiet)))
+    Ok(runtime()?.block_on(crate::run_lab(&options, &variants, cmd.json)))
 }
 
-/// `leaklab soak`.
+/// `leaklab-lab soak`.
+#[derive(Args)]
 pub struct SoakCommand {
-    pub service: Option<PathBuf>,
     /// The CI-sized run: 600 requests per variant at concurrency 8.
+    #[arg(long)]
     pub short: bool,
+    /// Requests per variant (default 100000, or 600 with --short).
+    #[arg(long)]
     pub requests: Option<usize>,
+    /// Concurrent clients (default 16, or 8 with --short).
+    #[arg(long)]
     pub concurrency: Option<usize>,
-    /// The fixed variants and baseline when empty.
+    /// Variants (repeat); the fixed ones and baseline when absent.
+    #[arg(long = "variant")]
     pub variants: Vec<Variant>,
-    /// Draw nothing on stderr (for `--json`).
-    pub quiet: bool,
+    #[arg(long, default_value = "target/leaklab/soak")]
+    pub out: PathBuf,
+    /// Print the results as JSON and nothing else (and draw nothing on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// The lab's service binary (default: $LEAKLAB_SERVICE, else beside this one).
+    #[arg(long)]
+    pub service: Option<PathBuf>,
 }
 
 /// Runs the soak: every variant's allocator slope, errors and latency drift.
 pub fn soak(cmd: SoakCommand) -> Result<SoakReport> {
-    let requests = cmd.requests.unwrap_or(if cmd.short { 600 } else { 100_000 });
+    let requests = cmd
+        .requests
+        .unwrap_or(if cmd.short { 600 } else { 100_000 });
     let options = RunOptions {
         service: locate_service(cmd.service)?,
         scale: Scale::Default,
@@ -116,24 +226,50 @@ pub fn soak(cmd: SoakCommand) -> Result<SoakReport> {
         twin: None,
         threads: None,
     };
-    let variants = if cmd.variants.is_empty() { soak::VARIANTS.to_vec() } else { cmd.variants };
-    if !cmd.quiet {
-        eprintln!("leaklab soak: {} variants, {} warm-up + {} requests each at concurrency {}", variants.len(), options.warmup, options.requests, options.concurrency);
+    let variants = if cmd.variants.is_empty() {
+        soak::VARIANTS.to_vec()
+    } else {
+        cmd.variants
+    };
+    if !cmd.json {
+        eprintln!(
+            "leaklab soak: {} variants, {} warm-up + {} requests each at concurrency {}",
+            variants.len(),
+            options.warmup,
+            options.requests,
+            options.concurrency
+        );
     }
-    Ok(runtime()?.block_on(soak::soak(&options, &variants, cmd.quiet)))
+    Ok(runtime()?.block_on(soak::soak(&options, &variants, cmd.json)))
 }
 
-/// `leaklab bench`.
+/// `leaklab-lab bench`.
+#[derive(Args)]
 pub struct BenchCommand {
-    pub service: Option<PathBuf>,
+    /// Requests for each throughput run (Rust, then Python).
+    #[arg(long, default_value_t = 2000)]
     pub requests: usize,
+    /// Requests for each leak cross-check run.
+    #[arg(long, default_value_t = 150)]
     pub leak_requests: usize,
+    #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// Torch threads, the same for both services and for the criterion groups' raw forward.
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// The twin's python (default: $LEAKLAB_PYTHON, else python3).
+    /// The python of the twin (default: $LEAKLAB_PYTHON, else python3).
+    #[arg(long)]
     pub python: Option<PathBuf>,
+    #[arg(long, default_value = "lab/python/twin_service.py")]
     pub script: PathBuf,
+    #[arg(long, default_value = "target/criterion")]
     pub criterion_dir: PathBuf,
+    /// The markdown written (its JSON beside it).
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub out: PathBuf,
+    /// The lab's service binary (default: $LEAKLAB_SERVICE, else beside this one).
+    #[arg(long)]
+    pub service: Option<PathBuf>,
 }
 
 /// The HTTP side of the benchmarks beside criterion's figures (docs/benchmarks.md).
@@ -141,11 +277,17 @@ pub fn bench(cmd: BenchCommand) -> Result<BenchReport> {
     let service = locate_service(cmd.service)?;
     let weights_dir = tempfile::tempdir()?;
     let weights = weights_dir.path().join("default.safetensors");
-    let status = Command::new(&service).args(["export-weights", "--scale", "default", "--out"]).arg(&weights).status()?;
+    let status = Command::new(&service)
+        .args(["export-weights", "--scale", "default", "--out"])
+        .arg(&weights)
+        .status()?;
     if !status.success() {
         bail!("{} export-weights failed ({status})", service.display());
     }
-    let python = cmd.python.or_else(|| std::env::var_os("LEAKLAB_PYTHON").map(PathBuf::from)).unwrap_or_else(|| "python3".into());
+    let python = cmd
+        .python
+        .or_else(|| std::env::var_os("LEAKLAB_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| "python3".into());
     let threads = cmd.threads;
     let rust = RunOptions {
         service,
@@ -159,7 +301,17 @@ pub fn bench(cmd: BenchCommand) -> Result<BenchReport> {
         twin: None,
         threads: Some(threads),
     };
-    let options = BenchOptions { rust, twin: PythonTwin { python, script: cmd.script, weights, threads }, criterion_dir: cmd.criterion_dir, leak_requests: cmd.leak_requests };
+    let options = BenchOptions {
+        rust,
+        twin: PythonTwin {
+            python,
+            script: cmd.script,
+            weights,
+            threads,
+        },
+        criterion_dir: cmd.criterion_dir,
+        leak_requests: cmd.leak_requests,
+    };
     eprintln!("leaklab bench: Rust and Python services, {} requests each at concurrency {}, {threads} torch threads", cmd.requests, cmd.concurrency);
     Ok(runtime()?.block_on(run_bench(&options)))
 }
@@ -186,10 +338,19 @@ impl Report for BenchReport {
     }
 
     fn problem(&self) -> Option<String> {
-        (!self.failures.is_empty()).then(|| format!("{} runs failed: {}", self.failures.len(), self.failures.join("; ")))
+        (!self.failures.is_empty()).then(|| {
+            format!(
+                "{} runs failed: {}",
+                self.failures.len(),
+                self.failures.join("; ")
+            )
+        })
     }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

@@ -81,10 +81,21 @@ impl ServiceProcess {
         let mut command = match &options.twin {
             None => {
                 let mut c = Command::new(&options.service);
-                c.args(["serve", "--variant", variant.name(), "--scale", options.scale.name(), "--device", options.device.name()])
-                    .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
-                    .args(["--memory-history", &options.memory_history_entries.to_string()])
-                    .args(["--max-batch", &options.scale.batch().to_string()]);
+                c.args([
+                    "serve",
+                    "--variant",
+                    variant.name(),
+                    "--scale",
+                    options.scale.name(),
+                    "--device",
+                    options.device.name(),
+                ])
+                .args(["--host", "127.0.0.1", "--port", "0", "--debug-endpoints"])
+                .args([
+                    "--memory-history",
+                    &options.memory_history_entries.to_string(),
+                ])
+                .args(["--max-batch", &options.scale.batch().to_string()]);
                 if let Some(n) = options.threads {
                     c.args(["--threads", &n.to_string()]);
                 }
@@ -92,7 +103,17 @@ impl ServiceProcess {
             }
             Some(twin) => {
                 let mut c = Command::new(&twin.python);
-                c.arg(&twin.script).args(["--variant", variant.name(), "--port", "0", "--threads", &twin.threads.to_string()]).arg("--weights").arg(&twin.weights);
+                c.arg(&twin.script)
+                    .args([
+                        "--variant",
+                        variant.name(),
+                        "--port",
+                        "0",
+                        "--threads",
+                        &twin.threads.to_string(),
+                    ])
+                    .arg("--weights")
+                    .arg(&twin.weights);
                 c
             }
         };
@@ -125,14 +146,21 @@ impl ServiceProcess {
         .await;
         // Keep draining stdout so the service never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let mut process = ServiceProcess { child, base: String::new(), stderr };
+        let mut process = ServiceProcess {
+            child,
+            base: String::new(),
+            stderr,
+        };
         match address {
             Ok(Some(base)) => {
                 process.base = base;
                 Ok(process)
             }
             _ => {
-                let reason = process.exit_reason().await.unwrap_or_else(|| format!("no address after {:?}", options.start_timeout));
+                let reason = process
+                    .exit_reason()
+                    .await
+                    .unwrap_or_else(|| format!("no address after {:?}", options.start_timeout));
                 process.kill().await;
                 bail!("the service did not start: {reason}")
             }
@@ -142,12 +170,29 @@ impl ServiceProcess {
     /// If the process has exited, or exits within a moment (a request can fail while a dying
     /// process is still being torn down): its status and the last lines it wrote to stderr.
     async fn exit_reason(&mut self) -> Option<String> {
-        let status = tokio::time::timeout(Duration::from_secs(3), self.child.wait()).await.ok()?.ok()?;
+        let status = tokio::time::timeout(Duration::from_secs(3), self.child.wait())
+            .await
+            .ok()?
+            .ok()?;
         let mut text = String::new();
         let _ = self.stderr.rewind();
         let _ = self.stderr.read_to_string(&mut text);
-        let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
-        Some(format!("service exited ({status}); stderr: {}", if tail.is_empty() { "(empty)".to_string() } else { tail.join(" | ") }))
+        let tail: Vec<&str> = text
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        Some(format!(
+            "service exited ({status}); stderr: {}",
+            if tail.is_empty() {
+                "(empty)".to_string()
+            } else {
+                tail.join(" | ")
+            }
+        ))
     }
 
     async fn kill(&mut self) {
@@ -160,16 +205,32 @@ impl ServiceProcess {
             // SAFETY: signalling our own child by its pid.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
-        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
             self.kill().await;
         }
     }
 }
 
 /// Runs `variant` to the end, or to the point where its service died.
-pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &ProgressBar) -> VariantRun {
+pub async fn run_variant(
+    options: &RunOptions,
+    variant: Variant,
+    progress: &ProgressBar,
+) -> VariantRun {
     let started = Instant::now();
-    let mut run = VariantRun { variant, samples: Vec::new(), snapshot: None, errors: 0, load_seconds: 0.0, latencies_us: Vec::new(), seconds: 0.0, failure: None };
+    let mut run = VariantRun {
+        variant,
+        samples: Vec::new(),
+        snapshot: None,
+        errors: 0,
+        load_seconds: 0.0,
+        latencies_us: Vec::new(),
+        seconds: 0.0,
+        failure: None,
+    };
     let mut service = match ServiceProcess::start(options, variant).await {
         Ok(s) => s,
         Err(e) => {
@@ -187,16 +248,34 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
             run.latencies_us = latencies;
         }
         Err(e) => {
-            run.failure = Some(service.exit_reason().await.unwrap_or_else(|| format!("{e:#}")));
+            run.failure = Some(
+                service
+                    .exit_reason()
+                    .await
+                    .unwrap_or_else(|| format!("{e:#}")),
+            );
             return run;
         }
     }
-    match collect(&client, &service.base, options.memory_history_entries > 0 && options.twin.is_none()).await {
+    match collect(
+        &client,
+        &service.base,
+        options.memory_history_entries > 0 && options.twin.is_none(),
+    )
+    .await
+    {
         Ok((samples, snapshot)) => {
             run.samples = samples;
             run.snapshot = snapshot;
         }
-        Err(e) => run.failure = Some(service.exit_reason().await.unwrap_or_else(|| format!("{e:#}"))),
+        Err(e) => {
+            run.failure = Some(
+                service
+                    .exit_reason()
+                    .await
+                    .unwrap_or_else(|| format!("{e:#}")),
+            )
+        }
     }
     service.stop().await;
     run.seconds = started.elapsed().as_secs_f64();
@@ -206,20 +285,38 @@ pub async fn run_variant(options: &RunOptions, variant: Variant, progress: &Prog
 /// Sends `warmup + requests` distinct requests, `concurrency` at a time. Answers other than 200
 /// are counted; a transport error (the service is gone) ends the run. Returns the error count
 /// and each request's latency as the client saw it.
-async fn drive(options: &RunOptions, client: &reqwest::Client, base: &str, progress: &ProgressBar) -> Result<(u64, Vec<u64>)> {
+async fn drive(
+    options: &RunOptions,
+    client: &reqwest::Client,
+    base: &str,
+    progress: &ProgressBar,
+) -> Result<(u64, Vec<u64>)> {
     let url = format!("{base}/v1/infer");
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    let (rows, features) = (options.scale.batch() as usize, options.scale.config().input as usize);
+    let (rows, features) = (
+        options.scale.batch() as usize,
+        options.scale.config().input as usize,
+    );
     let mut errors = 0;
     let mut latencies = Vec::with_capacity(options.total_requests());
     for index in 0..options.total_requests() as u64 {
-        let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore open");
         let (client, url) = (client.clone(), url.clone());
         tasks.spawn(async move {
-            let body = serde_json::to_vec(&synthetic_request(index, rows, features)).expect("serialisable");
+            let body = serde_json::to_vec(&synthetic_request(index, rows, features))
+                .expect("serialisable");
             let sent = Instant::now();
-            let response = client.post(&url).header("content-type", "application/json").body(body).send().await;
+            let response = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await;
             let ok = match response {
                 Ok(r) => Ok(r.status().is_success() && r.bytes().await.is_ok()),
                 Err(e) => Err(e),
@@ -238,7 +335,12 @@ async fn drive(options: &RunOptions, client: &reqwest::Client, base: &str, progr
     Ok((errors, latencies.into_iter().map(|(_, us)| us).collect()))
 }
 
-fn settle(result: reqwest::Result<(u64, bool, u64)>, progress: &ProgressBar, errors: &mut u64, latencies: &mut Vec<(u64, u64)>) -> Result<()> {
+fn settle(
+    result: reqwest::Result<(u64, bool, u64)>,
+    progress: &ProgressBar,
+    errors: &mut u64,
+    latencies: &mut Vec<(u64, u64)>,
+) -> Result<()> {
     progress.inc(1);
     let (index, ok, us) = result.map_err(|e| anyhow!("request failed: {e}"))?;
     *errors += u64::from(!ok);
@@ -246,11 +348,30 @@ fn settle(result: reqwest::Result<(u64, bool, u64)>, progress: &ProgressBar, err
     Ok(())
 }
 
-async fn collect(client: &reqwest::Client, base: &str, snapshot: bool) -> Result<(Vec<RequestSample>, Option<Vec<u8>>)> {
-    let mut samples: Vec<RequestSample> = client.get(format!("{base}/debug/memory/samples")).send().await?.error_for_status()?.json().await?;
+async fn collect(
+    client: &reqwest::Client,
+    base: &str,
+    snapshot: bool,
+) -> Result<(Vec<RequestSample>, Option<Vec<u8>>)> {
+    let mut samples: Vec<RequestSample> = client
+        .get(format!("{base}/debug/memory/samples"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
     samples.sort_by_key(|s| s.request);
     let snapshot = if snapshot {
-        Some(client.get(format!("{base}/debug/memory/snapshot")).send().await?.error_for_status()?.bytes().await?.to_vec())
+        Some(
+            client
+                .get(format!("{base}/debug/memory/snapshot"))
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?
+                .to_vec(),
+        )
     } else {
         None
     };

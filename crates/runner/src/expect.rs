@@ -14,5 +14,9 @@ pub fn expected(variant: Variant) -> &'static [Verdict] {
 }
 
 pub fn describe(verdicts: &[Verdict]) -> String {
-    verdicts.iter().map(Verdict::to_string).collect::<Vec<_>>().join(" or ")
+    verdicts
+        .iter()
+        .map(Verdict::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ")
 }

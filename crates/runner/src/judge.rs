@@ -4,7 +4,9 @@
 
 use crate::driver::{RunOptions, VariantRun};
 use crate::expect::expected;
-use leaklab_detect::{attribute, judge, DetectorConfig, Judgement, Projection, Sample, Scenario, Verdict};
+use leaklab_detect::{
+    attribute, judge, DetectorConfig, Judgement, Projection, Sample, Scenario, Verdict,
+};
 use leaklab_vocab::{Cause, Device, Probe, RequestSample, Stage, Variant};
 use serde::{Deserialize, Serialize};
 
@@ -25,8 +27,13 @@ pub struct StageGrowth {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
 pub enum Outcome {
-    Judged { primary: ProbeVerdict, others: Vec<ProbeVerdict> },
-    Failed { reason: String },
+    Judged {
+        primary: ProbeVerdict,
+        others: Vec<ProbeVerdict>,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,7 +85,8 @@ impl VariantResult {
 
     /// "FAILED" for a run that failed, else the deciding verdict.
     pub fn verdict_label(&self) -> String {
-        self.primary().map_or("FAILED".into(), |p| p.judgement.verdict.to_string())
+        self.primary()
+            .map_or("FAILED".into(), |p| p.judgement.verdict.to_string())
     }
 
     /// "all three" for baseline and seed, else the cause's name.
@@ -92,7 +100,11 @@ impl VariantResult {
 /// the snapshot cannot be read: the report leaves the section out, the pickle is still written.
 fn holders(pickle: &[u8]) -> Option<Vec<leaklab_snapshot::Holder>> {
     let snapshot = leaklab_snapshot::from_bytes(pickle).ok()?;
-    let explained = leaklab_snapshot::explain(&snapshot, leaklab_snapshot::View::default(), Some(leaklab_snapshot::Since::Event(0)));
+    let explained = leaklab_snapshot::explain(
+        &snapshot,
+        leaklab_snapshot::View::default(),
+        Some(leaklab_snapshot::Since::Event(0)),
+    );
     let mut holders = explained.since?.holders;
     holders.truncate(5);
     Some(holders)
@@ -100,14 +112,23 @@ fn holders(pickle: &[u8]) -> Option<Vec<leaklab_snapshot::Holder>> {
 
 /// The series of `probe` over `samples`, when every sample carries it.
 pub fn series(samples: &[RequestSample], probe: Probe) -> Option<Vec<Sample>> {
-    samples.iter().map(|s| probe.read(&s.memory).map(|v| (s.request, v))).collect()
+    samples
+        .iter()
+        .map(|s| probe.read(&s.memory).map(|v| (s.request, v)))
+        .collect()
 }
 
 /// The probes reported beside the primary one on `device`.
 fn others(device: Device) -> &'static [Probe] {
     match device {
         Device::Cpu => &[Probe::Rss, Probe::MallocHeap],
-        Device::Cuda => &[Probe::Rss, Probe::MallocHeap, Probe::CpuAllocator, Probe::CudaReserved, Probe::NvmlProcess],
+        Device::Cuda => &[
+            Probe::Rss,
+            Probe::MallocHeap,
+            Probe::CpuAllocator,
+            Probe::CudaReserved,
+            Probe::NvmlProcess,
+        ],
     }
 }
 
@@ -124,45 +145,84 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
         cause: variant.cause(),
         device: options.device,
         expected: expected.clone(),
-        outcome: Outcome::Failed { reason: String::new() },
+        outcome: Outcome::Failed {
+            reason: String::new(),
+        },
         stages: Vec::new(),
         projection: None,
         passed: false,
         requests: run.samples.len(),
         errors: run.errors,
         seconds: run.seconds,
-        holders: run.snapshot.as_deref().and_then(holders).unwrap_or_default(),
+        holders: run
+            .snapshot
+            .as_deref()
+            .and_then(holders)
+            .unwrap_or_default(),
     };
     if let Some(reason) = &run.failure {
-        result.outcome = Outcome::Failed { reason: reason.clone() };
+        result.outcome = Outcome::Failed {
+            reason: reason.clone(),
+        };
         return result;
     }
     let samples = &run.samples;
     let primary_probe = options.device.primary_probe();
     let Some(primary_series) = series(samples, primary_probe) else {
-        result.outcome = Outcome::Failed { reason: format!("the service's samples carry no {primary_probe} figure") };
+        result.outcome = Outcome::Failed {
+            reason: format!("the service's samples carry no {primary_probe} figure"),
+        };
         return result;
     };
     let primary = match judge(&primary_series, &config_for(primary_probe, options.warmup)) {
         Ok(j) => j,
         Err(e) => {
-            result.outcome = Outcome::Failed { reason: format!("no verdict: {e}") };
+            result.outcome = Outcome::Failed {
+                reason: format!("no verdict: {e}"),
+            };
             return result;
         }
     };
-    result.projection = Scenario::REFERENCE.project(primary.slope.bytes_per_request).filter(|_| primary.verdict == Verdict::Leak);
+    result.projection = Scenario::REFERENCE
+        .project(primary.slope.bytes_per_request)
+        .filter(|_| primary.verdict == Verdict::Leak);
     result.passed = expected.contains(&primary.verdict) && run.errors == 0;
     let others = others(options.device)
         .iter()
         .filter_map(|&probe| {
-            let judgement = series(samples, probe).and_then(|s| judge(&s, &config_for(probe, options.warmup)).ok())?;
+            let judgement = series(samples, probe)
+                .and_then(|s| judge(&s, &config_for(probe, options.warmup)).ok())?;
             Some(ProbeVerdict { probe, judgement })
         })
         .collect();
-    result.outcome = Outcome::Judged { primary: ProbeVerdict { probe: primary_probe, judgement: primary }, others };
-    let stage_series: Vec<(Stage, Vec<Sample>)> = Stage::ALL.iter().map(|&stage| (stage, samples.iter().map(|s| (s.request, s.stage_live_bytes.get(stage))).collect())).collect();
+    result.outcome = Outcome::Judged {
+        primary: ProbeVerdict {
+            probe: primary_probe,
+            judgement: primary,
+        },
+        others,
+    };
+    let stage_series: Vec<(Stage, Vec<Sample>)> = Stage::ALL
+        .iter()
+        .map(|&stage| {
+            (
+                stage,
+                samples
+                    .iter()
+                    .map(|s| (s.request, s.stage_live_bytes.get(stage)))
+                    .collect(),
+            )
+        })
+        .collect();
     if let Ok(findings) = attribute(&stage_series, &DetectorConfig::exact(options.warmup)) {
-        result.stages = findings.into_iter().map(|f| StageGrowth { stage: f.stage, verdict: f.judgement.verdict, bytes_per_request: f.judgement.slope.bytes_per_request }).collect();
+        result.stages = findings
+            .into_iter()
+            .map(|f| StageGrowth {
+                stage: f.stage,
+                verdict: f.judgement.verdict,
+                bytes_per_request: f.judgement.slope.bytes_per_request,
+            })
+            .collect();
     }
     result
 }
@@ -175,7 +235,18 @@ mod tests {
     const WARMUP: usize = 20;
 
     fn options(device: Device) -> RunOptions {
-        RunOptions { service: "leaklab-service".into(), scale: Scale::Default, device, warmup: WARMUP, requests: 100, concurrency: 1, memory_history_entries: 0, start_timeout: std::time::Duration::from_secs(1), twin: None, threads: None }
+        RunOptions {
+            service: "leaklab-service".into(),
+            scale: Scale::Default,
+            device,
+            warmup: WARMUP,
+            requests: 100,
+            concurrency: 1,
+            memory_history_entries: 0,
+            start_timeout: std::time::Duration::from_secs(1),
+            twin: None,
+            threads: None,
+        }
     }
 
     /// A run whose allocator holds `live(request)` bytes, all born in the forward stage, with
@@ -187,42 +258,92 @@ mod tests {
                 memory.cpu.live_bytes = live(request);
                 memory.rss_bytes = 300_000_000;
                 memory.heap_bytes = 50_000_000;
-                RequestSample { request, latency_us: 1000, stage_live_bytes: StageBytes { forward: live(request), ..StageBytes::default() }, memory }
+                RequestSample {
+                    request,
+                    latency_us: 1000,
+                    stage_live_bytes: StageBytes {
+                        forward: live(request),
+                        ..StageBytes::default()
+                    },
+                    memory,
+                }
             })
             .collect();
-        VariantRun { variant, samples, snapshot: None, errors: 0, load_seconds: 1.0, latencies_us: vec![1000; requests as usize], seconds: 1.0, failure: None }
+        VariantRun {
+            variant,
+            samples,
+            snapshot: None,
+            errors: 0,
+            load_seconds: 1.0,
+            latencies_us: vec![1000; requests as usize],
+            seconds: 1.0,
+            failure: None,
+        }
     }
 
     /// A cache warming up during the warm-up, then `per_request` bytes a request.
     fn growing(per_request: i64) -> impl Fn(u64) -> i64 {
-        move |r| if (r as usize) < WARMUP { r as i64 * 100_000 } else { 2_000_000 + (r as i64 - WARMUP as i64) * per_request }
+        move |r| {
+            if (r as usize) < WARMUP {
+                r as i64 * 100_000
+            } else {
+                2_000_000 + (r as i64 - WARMUP as i64) * per_request
+            }
+        }
     }
 
     #[test]
     fn a_leaky_variant_that_leaks_passes_with_its_slope_stage_and_time_to_oom() {
-        let result = judge_run(&run(Variant::RefsLeaky, 120, growing(16_384)), &options(Device::Cpu));
+        let result = judge_run(
+            &run(Variant::RefsLeaky, 120, growing(16_384)),
+            &options(Device::Cpu),
+        );
         let primary = result.primary().expect("judged");
-        assert_eq!((primary.probe, primary.judgement.verdict), (Probe::CpuAllocator, Verdict::Leak));
-        assert_eq!(primary.judgement.slope.bytes_per_request, 16_384.0, "the warm-up's fill is not judged");
+        assert_eq!(
+            (primary.probe, primary.judgement.verdict),
+            (Probe::CpuAllocator, Verdict::Leak)
+        );
+        assert_eq!(
+            primary.judgement.slope.bytes_per_request, 16_384.0,
+            "the warm-up's fill is not judged"
+        );
         assert!(result.passed);
         assert_eq!(result.stages[0].stage, Stage::Forward);
         // 68 GB of headroom at 16,384 B a request, one every 32 s.
         let oom = result.projection.expect("a leak has a time to OOM");
         assert_eq!(oom.requests, (68e9 / 16_384.0) as u64);
-        assert_eq!(result.probes().iter().map(|p| p.probe).collect::<Vec<_>>(), [Probe::CpuAllocator, Probe::Rss, Probe::MallocHeap]);
+        assert_eq!(
+            result.probes().iter().map(|p| p.probe).collect::<Vec<_>>(),
+            [Probe::CpuAllocator, Probe::Rss, Probe::MallocHeap]
+        );
         assert_eq!(result.verdict_label(), "leak");
     }
 
     #[test]
     fn a_fixed_variant_passes_flat_and_fails_when_it_leaks() {
-        let flat = judge_run(&run(Variant::RefsFixed, 120, growing(0)), &options(Device::Cpu));
+        let flat = judge_run(
+            &run(Variant::RefsFixed, 120, growing(0)),
+            &options(Device::Cpu),
+        );
         assert_eq!(flat.primary().unwrap().judgement.verdict, Verdict::Flat);
         assert!(flat.passed && flat.projection.is_none());
-        let leaking = judge_run(&run(Variant::RefsFixed, 120, growing(512)), &options(Device::Cpu));
+        let leaking = judge_run(
+            &run(Variant::RefsFixed, 120, growing(512)),
+            &options(Device::Cpu),
+        );
         assert_eq!(leaking.primary().unwrap().judgement.verdict, Verdict::Leak);
-        assert!(!leaking.passed, "a fix that leaks 512 B a request is not a fix");
+        assert!(
+            !leaking.passed,
+            "a fix that leaks 512 B a request is not a fix"
+        );
         // A leaky variant that stopped leaking fails too: the lab must show the leak.
-        assert!(!judge_run(&run(Variant::GraphLeaky, 120, growing(0)), &options(Device::Cpu)).passed);
+        assert!(
+            !judge_run(
+                &run(Variant::GraphLeaky, 120, growing(0)),
+                &options(Device::Cpu)
+            )
+            .passed
+        );
     }
 
     #[test]
@@ -243,11 +364,24 @@ mod tests {
         assert_eq!(result.verdict_label(), "FAILED");
         assert!(!result.passed && result.primary().is_none() && result.probes().is_empty());
 
-        let short = judge_run(&run(Variant::RefsLeaky, WARMUP as u64 + 2, growing(16_384)), &options(Device::Cpu));
-        assert!(short.failure().unwrap().starts_with("no verdict: "), "{:?}", short.failure());
+        let short = judge_run(
+            &run(Variant::RefsLeaky, WARMUP as u64 + 2, growing(16_384)),
+            &options(Device::Cpu),
+        );
+        assert!(
+            short.failure().unwrap().starts_with("no verdict: "),
+            "{:?}",
+            short.failure()
+        );
 
         // On CUDA the primary probe is CUDA's allocator: samples without it cannot be judged.
-        let cpu_only = judge_run(&run(Variant::RefsLeaky, 120, growing(16_384)), &options(Device::Cuda));
-        assert_eq!(cpu_only.failure(), Some("the service's samples carry no cuda_allocated figure"));
+        let cpu_only = judge_run(
+            &run(Variant::RefsLeaky, 120, growing(16_384)),
+            &options(Device::Cuda),
+        );
+        assert_eq!(
+            cpu_only.failure(),
+            Some("the service's samples carry no cuda_allocated figure")
+        );
     }
 }

@@ -13,6 +13,7 @@ pub mod expect;
 pub mod judge;
 pub mod report;
 pub mod soak;
+pub mod zoo;
 
 pub use driver::{PythonTwin, RunOptions, VariantRun};
 pub use judge::{judge_run, Outcome, ProbeVerdict, VariantResult};
@@ -35,12 +36,23 @@ pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) ->
         let result = judge_run(&run, options);
         let msg = match (result.failure(), result.primary()) {
             (Some(f), _) => format!("FAILED: {}", f.chars().take(80).collect::<String>()),
-            (None, Some(p)) => format!("{} ({})", p.judgement.verdict, if result.passed { "as expected" } else { "UNEXPECTED" }),
+            (None, Some(p)) => format!(
+                "{} ({})",
+                p.judgement.verdict,
+                if result.passed {
+                    "as expected"
+                } else {
+                    "UNEXPECTED"
+                }
+            ),
             (None, None) => "no verdict".into(),
         };
         bar.finish_with_message(msg);
         runs.push(run);
         results.push(result);
     }
-    LabRun { report: LabReport::new(options, results, started.elapsed().as_secs_f64()), runs }
+    LabRun {
+        report: LabReport::new(options, results, started.elapsed().as_secs_f64()),
+        runs,
+    }
 }

@@ -23,7 +23,17 @@ pub struct LabReport {
     pub variants: Vec<VariantResult>,
 }
 
-const HEADER: [&str; 9] = ["variant", "cause", "verdict", "bytes/request", "growing stage", "OOM (reference)", "RSS", "expected", "result"];
+const HEADER: [&str; 9] = [
+    "variant",
+    "cause",
+    "verdict",
+    "bytes/request",
+    "growing stage",
+    "OOM (reference)",
+    "RSS",
+    "expected",
+    "result",
+];
 
 /// How the verdicts are decided, and what the reference scenario is: said under the table.
 const HOW: &str = "The verdict comes from the primary probe (the exact CPU allocator; CUDA allocated bytes on CUDA). OOM (reference): requests and hours until an 80 GB card that starts at 12 GB is full at this slope, one request every 32 s.";
@@ -52,12 +62,40 @@ impl LabReport {
                     Some(j) => Cell::new(v.verdict_label()).tone(j.verdict),
                     None => Cell::new(v.verdict_label()).tone(Tone::Bad),
                 };
-                let slope = j.map_or("-".into(), |j| format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())));
+                let slope = j.map_or("-".into(), |j| {
+                    format!(
+                        "{} ± {}",
+                        human_bytes(j.slope.bytes_per_request),
+                        human_bytes(j.slope.half_width())
+                    )
+                });
                 let stage = v.stages.first().map_or("-", |s| s.stage.name());
-                let oom = v.projection.map_or("never".into(), |p| format!("{} req, {:.1} h", p.requests, p.hours()));
-                let rss = v.probes().into_iter().find(|o| o.probe == Probe::Rss).map_or(Cell::new("-"), |o| Cell::new(o.judgement.verdict.to_string()).tone(o.judgement.verdict));
-                let pass = if v.passed { Cell::new("pass").tone(Tone::Good) } else { Cell::new("FAIL").tone(Tone::Bad) };
-                vec![Cell::new(v.variant.to_string()), Cell::new(v.cause_label()), verdict, Cell::new(slope), Cell::new(stage), Cell::new(oom), rss, Cell::new(describe(&v.expected)), pass]
+                let oom = v.projection.map_or("never".into(), |p| {
+                    format!("{} req, {:.1} h", p.requests, p.hours())
+                });
+                let rss = v
+                    .probes()
+                    .into_iter()
+                    .find(|o| o.probe == Probe::Rss)
+                    .map_or(Cell::new("-"), |o| {
+                        Cell::new(o.judgement.verdict.to_string()).tone(o.judgement.verdict)
+                    });
+                let pass = if v.passed {
+                    Cell::new("pass").tone(Tone::Good)
+                } else {
+                    Cell::new("FAIL").tone(Tone::Bad)
+                };
+                vec![
+                    Cell::new(v.variant.to_string()),
+                    Cell::new(v.cause_label()),
+                    verdict,
+                    Cell::new(slope),
+                    Cell::new(stage),
+                    Cell::new(oom),
+                    rss,
+                    Cell::new(describe(&v.expected)),
+                    pass,
+                ]
             })
             .collect()
     }
@@ -73,7 +111,16 @@ impl LabReport {
 
     /// The table's stable parts (no byte counts), for regression snapshots.
     pub fn stable_table(&self) -> String {
-        self.rows().iter().map(|r| format!("{:<12} {:<10} {:<8} expected {:<16} {}", r[0].text, r[1].text, r[2].text, r[7].text, r[8].text)).collect::<Vec<_>>().join("\n")
+        self.rows()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:<12} {:<10} {:<8} expected {:<16} {}",
+                    r[0].text, r[1].text, r[2].text, r[7].text, r[8].text
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn context(&self) -> String {
@@ -92,7 +139,15 @@ impl LabReport {
     pub fn markdown(&self) -> String {
         let mut md = String::new();
         md.push_str("# leaklab report\n\n");
-        md.push_str(&format!("{} Overall: **{}**.\n\n", self.context(), if self.passed { "every verdict as expected" } else { "UNEXPECTED VERDICTS" }));
+        md.push_str(&format!(
+            "{} Overall: **{}**.\n\n",
+            self.context(),
+            if self.passed {
+                "every verdict as expected"
+            } else {
+                "UNEXPECTED VERDICTS"
+            }
+        ));
         md.push_str(HOW);
         md.push_str("\n\n");
         md.push_str(&self.verdicts().markdown());
@@ -115,9 +170,17 @@ impl LabReport {
                 ));
             }
             for s in &v.stages {
-                md.push_str(&format!("- memory born in stage `{}` does not come back: {} at {}/request\n", s.stage, s.verdict, human_bytes(s.bytes_per_request)));
+                md.push_str(&format!(
+                    "- memory born in stage `{}` does not come back: {} at {}/request\n",
+                    s.stage,
+                    s.verdict,
+                    human_bytes(s.bytes_per_request)
+                ));
             }
-            md.push_str(&format!("- {} requests in {:.1} s, {} errors\n\n![{}]({}.svg)\n", v.requests, v.seconds, v.errors, v.variant, v.variant));
+            md.push_str(&format!(
+                "- {} requests in {:.1} s, {} errors\n\n![{}]({}.svg)\n",
+                v.requests, v.seconds, v.errors, v.variant, v.variant
+            ));
             if !v.holders.is_empty() {
                 md.push_str(&format!("\nWho holds the memory the run kept: allocated during the run and never freed (from `{}.pickle`; `leaklab snapshot explain --since 0` for more):\n\n", v.variant));
                 md.push_str(&leaklab_snapshot::render::holder_table(&v.holders, 5));
@@ -134,30 +197,85 @@ impl LabReport {
             .filter(|v| !v.passed)
             .map(|v| match v.failure() {
                 Some(_) => format!("{} (its run failed)", v.variant),
-                None => format!("{} ({}, expected {})", v.variant, v.verdict_label(), describe(&v.expected)),
+                None => format!(
+                    "{} ({}, expected {})",
+                    v.variant,
+                    v.verdict_label(),
+                    describe(&v.expected)
+                ),
             })
             .collect();
-        let headline = if unexpected.is_empty() { "Every verdict as expected: each leaky variant leaks, each fixed one does not.".to_string() } else { format!("Unexpected: {}.", unexpected.join("; ")) };
-        let leaks = self.variants.iter().filter(|v| v.primary().is_some_and(|p| p.judgement.verdict == leaklab_detect::Verdict::Leak)).count();
-        let mut figures = vec![("variants".to_string(), format!("{} run, {leaks} leaking", self.variants.len()))];
-        let steepest = self.variants.iter().filter_map(|v| v.primary().map(|p| (v, p))).filter(|(_, p)| p.judgement.verdict == leaklab_detect::Verdict::Leak).max_by(|a, b| a.1.judgement.slope.bytes_per_request.total_cmp(&b.1.judgement.slope.bytes_per_request));
+        let headline = if unexpected.is_empty() {
+            "Every verdict as expected: each leaky variant leaks, each fixed one does not."
+                .to_string()
+        } else {
+            format!("Unexpected: {}.", unexpected.join("; "))
+        };
+        let leaks = self
+            .variants
+            .iter()
+            .filter(|v| {
+                v.primary()
+                    .is_some_and(|p| p.judgement.verdict == leaklab_detect::Verdict::Leak)
+            })
+            .count();
+        let mut figures = vec![(
+            "variants".to_string(),
+            format!("{} run, {leaks} leaking", self.variants.len()),
+        )];
+        let steepest = self
+            .variants
+            .iter()
+            .filter_map(|v| v.primary().map(|p| (v, p)))
+            .filter(|(_, p)| p.judgement.verdict == leaklab_detect::Verdict::Leak)
+            .max_by(|a, b| {
+                a.1.judgement
+                    .slope
+                    .bytes_per_request
+                    .total_cmp(&b.1.judgement.slope.bytes_per_request)
+            });
         if let Some((v, p)) = steepest {
-            figures.push(("steepest leak".into(), format!("{}: {} per request", v.variant, human_bytes(p.judgement.slope.bytes_per_request))));
+            figures.push((
+                "steepest leak".into(),
+                format!(
+                    "{}: {} per request",
+                    v.variant,
+                    human_bytes(p.judgement.slope.bytes_per_request)
+                ),
+            ));
             if let Some(oom) = v.projection {
-                figures.push(("its OOM (reference)".into(), format!("{} requests, {:.1} h", oom.requests, oom.hours())));
+                figures.push((
+                    "its OOM (reference)".into(),
+                    format!("{} requests, {:.1} h", oom.requests, oom.hours()),
+                ));
             }
         }
-        figures.push(("requests".into(), format!("{} warm-up + {} per variant", self.warmup, self.requests)));
-        figures.push(("time".into(), format!("{:.1} s on {} cores", self.seconds, self.cores)));
+        figures.push((
+            "requests".into(),
+            format!("{} warm-up + {} per variant", self.warmup, self.requests),
+        ));
+        figures.push((
+            "time".into(),
+            format!("{:.1} s on {} cores", self.seconds, self.cores),
+        ));
         let outcome = Outcome::pass_if(self.passed);
-        Summary { tone: outcome.into(), answer: outcome.answer().into(), headline, figures, text: vec![HOW.into()] }
+        Summary {
+            tone: outcome.into(),
+            answer: outcome.answer().into(),
+            headline,
+            figures,
+            text: vec![HOW.into()],
+        }
     }
 }
 
 /// Bytes above the first sample, in MB, for plotting.
 fn growth(series: &[(u64, i64)]) -> Vec<(f64, f64)> {
     let base = series.first().map_or(0, |s| s.1);
-    series.iter().map(|(x, y)| (*x as f64, (y - base) as f64 / 1e6)).collect()
+    series
+        .iter()
+        .map(|(x, y)| (*x as f64, (y - base) as f64 / 1e6))
+        .collect()
 }
 
 /// A run of the lab: the report, and what the variants brought back (their samples for the
@@ -180,23 +298,50 @@ impl LabRun {
             let name = run.variant.name();
             let primary = series(&run.samples, probe).unwrap_or_default();
             let rss = series(&run.samples, Probe::Rss).unwrap_or_default();
-            let lines = vec![(probe.to_string(), growth(&primary)), (Probe::Rss.to_string(), growth(&rss))];
+            let lines = vec![
+                (probe.to_string(), growth(&primary)),
+                (Probe::Rss.to_string(), growth(&rss)),
+            ];
             // A run that failed is drawn and titled as failed, whatever samples it brought back.
-            let verdict = self.result(run).map_or("FAILED".into(), VariantResult::verdict_label);
-            charts.push(Chart::new(name, format!("{name}: {verdict} (growth since the first request, MB)"), lines, self.report.warmup));
+            let verdict = self
+                .result(run)
+                .map_or("FAILED".into(), VariantResult::verdict_label);
+            charts.push(Chart::new(
+                name,
+                format!("{name}: {verdict} (growth since the first request, MB)"),
+                lines,
+                self.report.warmup,
+            ));
             overlay.push((name.to_string(), growth(&primary)));
         }
-        charts.push(Chart::new("overlay", "All variants: primary probe, growth since the first request (MB)", overlay, self.report.warmup));
+        charts.push(Chart::new(
+            "overlay",
+            "All variants: primary probe, growth since the first request (MB)",
+            overlay,
+            self.report.warmup,
+        ));
         charts
     }
 
     fn result(&self, run: &VariantRun) -> Option<&VariantResult> {
-        self.report.variants.iter().find(|v| v.variant == run.variant)
+        self.report
+            .variants
+            .iter()
+            .find(|v| v.variant == run.variant)
     }
 
-    fn variant_section(&self, v: &VariantResult, chart: Option<&Chart>) -> leaklab_report::Result<Section> {
-        let expected = if v.passed { "as expected" } else { "UNEXPECTED" };
-        let mut section = Section::new(format!("{}: {} ({expected})", v.variant, v.verdict_label()));
+    fn variant_section(
+        &self,
+        v: &VariantResult,
+        chart: Option<&Chart>,
+    ) -> leaklab_report::Result<Section> {
+        let expected = if v.passed {
+            "as expected"
+        } else {
+            "UNEXPECTED"
+        };
+        let mut section =
+            Section::new(format!("{}: {} ({expected})", v.variant, v.verdict_label()));
         if let Some(f) = v.failure() {
             return Ok(section.text(format!("Run failed: {f}")));
         }
@@ -206,8 +351,16 @@ impl LabRun {
                 Cell::code(p.probe.to_string()),
                 Cell::new(j.verdict.to_string()).tone(j.verdict),
                 Cell::new(human_bytes(j.slope.bytes_per_request)),
-                Cell::new(format!("{} .. {}", human_bytes(j.slope.low), human_bytes(j.slope.high))),
-                Cell::new(format!("{} → {}", human_bytes(j.first.1 as f64), human_bytes(j.last.1 as f64))),
+                Cell::new(format!(
+                    "{} .. {}",
+                    human_bytes(j.slope.low),
+                    human_bytes(j.slope.high)
+                )),
+                Cell::new(format!(
+                    "{} → {}",
+                    human_bytes(j.first.1 as f64),
+                    human_bytes(j.last.1 as f64)
+                )),
             ]
         });
         section = section.table(
@@ -217,7 +370,13 @@ impl LabRun {
                 .caption(format!("The first probe decides; the others are measured beside it. Slopes are Theil–Sen over the {} requests after the warm-up, the bound Sen's interval widened by the probe's noise.", v.requests.saturating_sub(self.report.warmup))),
         );
         if !v.stages.is_empty() {
-            let stages = v.stages.iter().map(|s| vec![Cell::code(s.stage.name()), Cell::new(s.verdict.to_string()).tone(s.verdict), Cell::new(human_bytes(s.bytes_per_request))]);
+            let stages = v.stages.iter().map(|s| {
+                vec![
+                    Cell::code(s.stage.name()),
+                    Cell::new(s.verdict.to_string()).tone(s.verdict),
+                    Cell::new(human_bytes(s.bytes_per_request)),
+                ]
+            });
             section = section.table(Table::new(["stage the memory was born in", "verdict", "bytes/request"]).numeric(&[2]).rows(stages).caption("Memory that does not come back, by the pipeline stage that allocated it (the exact allocator's per-stage counts)."));
         }
         if let Some(chart) = chart {
@@ -252,7 +411,17 @@ impl Report for LabRun {
         let r = &self.report;
         let charts = self.charts();
         let chart = |name: &str| charts.iter().find(|c| c.name == name);
-        let mut page = Page::new("leaklab run-lab", format!("{} variants of the lab's service, scale {}, device {}", r.variants.len(), r.scale.name(), r.device), r.summary()).section(Section::new("Verdicts").table(r.verdicts().caption(r.context())));
+        let mut page = Page::new(
+            "leaklab run-lab",
+            format!(
+                "{} variants of the lab's service, scale {}, device {}",
+                r.variants.len(),
+                r.scale.name(),
+                r.device
+            ),
+            r.summary(),
+        )
+        .section(Section::new("Verdicts").table(r.verdicts().caption(r.context())));
         if let Some(Ok(overlay)) = chart("overlay").map(Chart::svg) {
             page = page.section(Section::new("All variants").chart(
                 overlay,
@@ -261,7 +430,10 @@ impl Report for LabRun {
         }
         for v in &r.variants {
             // A chart that cannot be drawn leaves its section without it rather than the page unwritten.
-            let section = self.variant_section(v, chart(v.variant.name())).or_else(|_| self.variant_section(v, None)).ok()?;
+            let section = self
+                .variant_section(v, chart(v.variant.name()))
+                .or_else(|_| self.variant_section(v, None))
+                .ok()?;
             page = page.section(section);
         }
         Some(page.section(Section::new("How this was measured").facts(vec![
@@ -281,7 +453,10 @@ impl Report for LabRun {
         }
         for run in &self.runs {
             if let Some(snapshot) = &run.snapshot {
-                files.push(Attachment::new(format!("{}.pickle", run.variant.name()), snapshot.clone()));
+                files.push(Attachment::new(
+                    format!("{}.pickle", run.variant.name()),
+                    snapshot.clone(),
+                ));
             }
         }
         Ok(files)

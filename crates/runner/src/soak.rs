@@ -11,7 +11,12 @@ use leaklab_vocab::{Probe, Variant};
 use serde::{Deserialize, Serialize};
 
 /// The variants a soak runs: every fixed one and the baseline.
-pub const VARIANTS: [Variant; 4] = [Variant::GraphFixed, Variant::RefsFixed, Variant::CacheFixed, Variant::Baseline];
+pub const VARIANTS: [Variant; 4] = [
+    Variant::GraphFixed,
+    Variant::RefsFixed,
+    Variant::CacheFixed,
+    Variant::Baseline,
+];
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
@@ -42,19 +47,32 @@ fn latency(us: &[u64]) -> Option<Latency> {
     let mut v = us.to_vec();
     v.sort_unstable();
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
-    Some(Latency { p50_ms: at(0.5), p99_ms: at(0.99) })
+    Some(Latency {
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+    })
 }
 
 pub fn judge_soak(run: &VariantRun, options: &RunOptions) -> SoakResult {
     // The fixed cache fills during the first requests; judge from past the warm-up.
-    let judged = |probe: Probe| series(&run.samples, probe).and_then(|s| judge(&s, &config_for(probe, options.warmup)).ok());
+    let judged = |probe: Probe| {
+        series(&run.samples, probe).and_then(|s| judge(&s, &config_for(probe, options.warmup)).ok())
+    };
     let (allocator, rss) = (judged(Probe::CpuAllocator), judged(Probe::Rss));
-    let measured = run.latencies_us.get(options.warmup.min(run.latencies_us.len())..).unwrap_or(&[]);
+    let measured = run
+        .latencies_us
+        .get(options.warmup.min(run.latencies_us.len())..)
+        .unwrap_or(&[]);
     let tenth = (measured.len() / 10).max(1).min(measured.len());
-    let (latency_start, latency_end) = (latency(&measured[..tenth]), latency(&measured[measured.len() - tenth..]));
+    let (latency_start, latency_end) = (
+        latency(&measured[..tenth]),
+        latency(&measured[measured.len() - tenth..]),
+    );
     let passed = run.failure.is_none()
         && run.errors == 0
-        && allocator.as_ref().is_some_and(|j| j.verdict != Verdict::Leak && j.slope.bytes_per_request == 0.0);
+        && allocator
+            .as_ref()
+            .is_some_and(|j| j.verdict != Verdict::Leak && j.slope.bytes_per_request == 0.0);
     SoakResult {
         variant: run.variant,
         requests: run.samples.len(),
@@ -105,8 +123,14 @@ impl Report for SoakReport {
 pub fn table(results: &[SoakResult]) -> String {
     let mut out = String::from("| variant | requests | errors | req/s | allocator bytes/request | RSS bytes/request | latency p50/p99 start (ms) | end (ms) | result |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
-        let slope = |j: &Option<Judgement>| j.as_ref().map_or("-".into(), |j| format!("{} ({})", human_bytes(j.slope.bytes_per_request), j.verdict));
-        let lat = |l: Option<Latency>| l.map_or("-".into(), |l| format!("{:.2} / {:.2}", l.p50_ms, l.p99_ms));
+        let slope = |j: &Option<Judgement>| {
+            j.as_ref().map_or("-".into(), |j| {
+                format!("{} ({})", human_bytes(j.slope.bytes_per_request), j.verdict)
+            })
+        };
+        let lat = |l: Option<Latency>| {
+            l.map_or("-".into(), |l| format!("{:.2} / {:.2}", l.p50_ms, l.p99_ms))
+        };
         out.push_str(&format!(
             "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |\n",
             r.variant,
@@ -135,22 +159,52 @@ mod tests {
     #[test]
     fn percentiles_are_the_nearest_rank_of_the_sorted_latencies() {
         assert_eq!(latency(&[]), None);
-        assert_eq!(latency(&[7_000]), Some(Latency { p50_ms: 7.0, p99_ms: 7.0 }));
+        assert_eq!(
+            latency(&[7_000]),
+            Some(Latency {
+                p50_ms: 7.0,
+                p99_ms: 7.0
+            })
+        );
         // 1..=100 ms, shuffled: the median rounds to the 51st value, p99 to the 99th.
         let mut us: Vec<u64> = (1..=100).map(|ms| ms * 1000).collect();
         us.reverse();
         us.swap(3, 70);
-        assert_eq!(latency(&us), Some(Latency { p50_ms: 51.0, p99_ms: 99.0 }));
+        assert_eq!(
+            latency(&us),
+            Some(Latency {
+                p50_ms: 51.0,
+                p99_ms: 99.0
+            })
+        );
         // One slow request in a hundred shows in p99, not in the median.
         let mut spiky = vec![2_000u64; 99];
         spiky.push(900_000);
-        assert_eq!(latency(&spiky), Some(Latency { p50_ms: 2.0, p99_ms: 2.0 }), "index round(99 × 0.99) = 98 is still fast");
+        assert_eq!(
+            latency(&spiky),
+            Some(Latency {
+                p50_ms: 2.0,
+                p99_ms: 2.0
+            }),
+            "index round(99 × 0.99) = 98 is still fast"
+        );
         spiky.extend([900_000; 2]);
         assert_eq!(latency(&spiky).unwrap().p99_ms, 900.0);
     }
 
     fn options(warmup: usize) -> RunOptions {
-        RunOptions { service: "leaklab-service".into(), scale: Scale::Default, device: leaklab_vocab::Device::Cpu, warmup, requests: 100, concurrency: 1, memory_history_entries: 0, start_timeout: std::time::Duration::from_secs(1), twin: None, threads: None }
+        RunOptions {
+            service: "leaklab-service".into(),
+            scale: Scale::Default,
+            device: leaklab_vocab::Device::Cpu,
+            warmup,
+            requests: 100,
+            concurrency: 1,
+            memory_history_entries: 0,
+            start_timeout: std::time::Duration::from_secs(1),
+            twin: None,
+            threads: None,
+        }
     }
 
     fn run(latencies_us: Vec<u64>, live: impl Fn(u64) -> i64) -> VariantRun {
@@ -159,20 +213,58 @@ mod tests {
                 let mut memory = MemorySample::default();
                 memory.cpu.live_bytes = live(request);
                 memory.rss_bytes = 300_000_000;
-                RequestSample { request, latency_us: latencies_us[request as usize], stage_live_bytes: Default::default(), memory }
+                RequestSample {
+                    request,
+                    latency_us: latencies_us[request as usize],
+                    stage_live_bytes: Default::default(),
+                    memory,
+                }
             })
             .collect();
-        VariantRun { variant: Variant::Baseline, samples, snapshot: None, errors: 0, load_seconds: 1.0, latencies_us, seconds: 1.0, failure: None }
+        VariantRun {
+            variant: Variant::Baseline,
+            samples,
+            snapshot: None,
+            errors: 0,
+            load_seconds: 1.0,
+            latencies_us,
+            seconds: 1.0,
+            failure: None,
+        }
     }
 
     #[test]
     fn latency_drift_compares_the_first_and_last_tenth_after_the_warmup() {
         // 20 warm-up requests at 50 ms (not counted), then 100 measured: 1 ms for the first
         // tenth, 3 ms for the last tenth, 2 ms between.
-        let lat: Vec<u64> = (0..120).map(|i| if i < 20 { 50_000 } else if i < 30 { 1_000 } else if i >= 110 { 3_000 } else { 2_000 }).collect();
+        let lat: Vec<u64> = (0..120)
+            .map(|i| {
+                if i < 20 {
+                    50_000
+                } else if i < 30 {
+                    1_000
+                } else if i >= 110 {
+                    3_000
+                } else {
+                    2_000
+                }
+            })
+            .collect();
         let result = judge_soak(&run(lat, |_| 1_000_000), &options(20));
-        assert_eq!(result.latency_start, Some(Latency { p50_ms: 1.0, p99_ms: 1.0 }));
-        assert_eq!(result.latency_end, Some(Latency { p50_ms: 3.0, p99_ms: 3.0 }));
+        assert_eq!(
+            result.latency_start,
+            Some(Latency {
+                p50_ms: 1.0,
+                p99_ms: 1.0
+            })
+        );
+        assert_eq!(
+            result.latency_end,
+            Some(Latency {
+                p50_ms: 3.0,
+                p99_ms: 3.0
+            })
+        );
         assert!(result.passed, "flat allocator, no errors: {result:?}");
     }
 
@@ -180,9 +272,15 @@ mod tests {
     fn a_soak_fails_on_any_allocator_growth_an_error_or_a_failed_run() {
         let flat = || run(vec![1_000; 120], |_| 1_000_000);
         // 512 bytes a request after the warm-up: a leak the exact allocator cannot hide.
-        let growing = judge_soak(&run(vec![1_000; 120], |r| 1_000_000 + 512 * r as i64), &options(20));
+        let growing = judge_soak(
+            &run(vec![1_000; 120], |r| 1_000_000 + 512 * r as i64),
+            &options(20),
+        );
         assert!(!growing.passed);
-        assert_eq!(growing.allocator.as_ref().unwrap().slope.bytes_per_request, 512.0);
+        assert_eq!(
+            growing.allocator.as_ref().unwrap().slope.bytes_per_request,
+            512.0
+        );
         let mut errors = flat();
         errors.errors = 1;
         assert!(!judge_soak(&errors, &options(20)).passed);
@@ -192,6 +290,10 @@ mod tests {
         assert!(judge_soak(&flat(), &options(20)).passed);
         let report = SoakReport(vec![judge_soak(&flat(), &options(20)), growing]);
         assert_eq!(report.outcome(), Outcome::Fail);
-        assert!(report.text().lines().nth(3).unwrap().ends_with("| FAIL |"), "{}", report.text());
+        assert!(
+            report.text().lines().nth(3).unwrap().ends_with("| FAIL |"),
+            "{}",
+            report.text()
+        );
     }
 }

@@ -31,9 +31,15 @@ fn cpu_forward(c: &mut Criterion) {
     for rows in BATCHES {
         let x = input(rows);
         group.throughput(Throughput::Elements(rows as u64));
-        group.bench_with_input(BenchmarkId::new("grad", rows), &x, |b, x| b.iter(|| model.forward(x)));
-        group.bench_with_input(BenchmarkId::new("no_grad", rows), &x, |b, x| b.iter(|| tch::no_grad(|| model.forward(x))));
-        group.bench_with_input(BenchmarkId::new("inference_mode", rows), &x, |b, x| b.iter(|| inference_mode(|| model.forward(x))));
+        group.bench_with_input(BenchmarkId::new("grad", rows), &x, |b, x| {
+            b.iter(|| model.forward(x))
+        });
+        group.bench_with_input(BenchmarkId::new("no_grad", rows), &x, |b, x| {
+            b.iter(|| tch::no_grad(|| model.forward(x)))
+        });
+        group.bench_with_input(BenchmarkId::new("inference_mode", rows), &x, |b, x| {
+            b.iter(|| inference_mode(|| model.forward(x)))
+        });
     }
     group.finish();
 }
@@ -43,7 +49,10 @@ fn cpu_telemetry(c: &mut Criterion) {
     for rows in BATCHES {
         let y = inference_mode(|| input(rows).relu());
         group.throughput(Throughput::Elements(rows as u64));
-        for (name, mode) in [("tensor_history", Mode::Leaky), ("primitive_history", Mode::Fixed)] {
+        for (name, mode) in [
+            ("tensor_history", Mode::Leaky),
+            ("primitive_history", Mode::Fixed),
+        ] {
             group.bench_with_input(BenchmarkId::new(name, rows), &y, |b, y| {
                 let mut history = History::new(mode, 1024);
                 b.iter(|| {
@@ -87,18 +96,31 @@ fn cpu_pipeline(c: &mut Criterion) {
     let mut group = c.benchmark_group("cpu_pipeline");
     for rows in BATCHES {
         group.throughput(Throughput::Elements(rows as u64));
-        let batches: Vec<_> = (0..64).map(|i| validate(synthetic_request(i, rows as usize, 512), 512, 1024).unwrap()).collect();
+        let batches: Vec<_> = (0..64)
+            .map(|i| validate(synthetic_request(i, rows as usize, 512), 512, 1024).unwrap())
+            .collect();
         // With a sample as the service takes it: allocators and stages every request, the
         // process probes every tenth.
         for (name, sample) in [("baseline", false), ("baseline_with_sample", true)] {
-            let mut p = Pipeline::new(Variant::Baseline, PipelineConfig::new(Scale::Default.config(), leaklab_service::Device::Cpu)).unwrap();
+            let mut p = Pipeline::new(
+                Variant::Baseline,
+                PipelineConfig::new(Scale::Default.config(), leaklab_service::Device::Cpu),
+            )
+            .unwrap();
             let mut i = 0;
             group.bench_function(BenchmarkId::new(name, rows), |b| {
                 b.iter(|| {
                     i += 1;
                     let out = p.infer(&batches[i % batches.len()]).unwrap();
                     if sample {
-                        std::hint::black_box(p.sample(0, if i % 10 == 0 { SampleDepth::Full } else { SampleDepth::Allocators }));
+                        std::hint::black_box(p.sample(
+                            0,
+                            if i % 10 == 0 {
+                                SampleDepth::Full
+                            } else {
+                                SampleDepth::Allocators
+                            },
+                        ));
                     }
                     out
                 })
@@ -126,7 +148,11 @@ fn cuda_forward(c: &mut Criterion) {
                     leaklab_probe::cuda::synchronize(0).unwrap();
                     let start = std::time::Instant::now();
                     for _ in 0..iters {
-                        let y = if inference { inference_mode(|| model.forward(x)) } else { model.forward(x) };
+                        let y = if inference {
+                            inference_mode(|| model.forward(x))
+                        } else {
+                            model.forward(x)
+                        };
                         drop(std::hint::black_box(y));
                     }
                     leaklab_probe::cuda::synchronize(0).unwrap();

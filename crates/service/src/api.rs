@@ -50,7 +50,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into() }
+        ApiError {
+            status,
+            message: message.into(),
+        }
     }
 
     fn unprocessable(message: impl Into<String>) -> ApiError {
@@ -59,26 +62,41 @@ impl ApiError {
 
     /// The one answer to a handler that panicked: 500, with the panic's first line.
     pub fn panicked(panic: &(dyn std::any::Any + Send)) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the handler panicked: {}", panic_message(panic)))
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the handler panicked: {}", panic_message(panic)),
+        )
     }
 }
 
 /// The first line of a panic's message (tch panics with libtorch's whole backtrace).
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "unknown error".into());
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown error".into());
     message.lines().next().unwrap_or_default().to_string()
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.message,
+            }),
+        )
+            .into_response()
     }
 }
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> ApiError {
         let message = match &rejection {
-            JsonRejection::MissingJsonContentType(_) => "expected `Content-Type: application/json`".to_string(),
+            JsonRejection::MissingJsonContentType(_) => {
+                "expected `Content-Type: application/json`".to_string()
+            }
             _ => rejection.body_text(),
         };
         ApiError::new(rejection.status(), message)
@@ -88,10 +106,14 @@ impl From<JsonRejection> for ApiError {
 impl From<InferError> for ApiError {
     fn from(e: InferError) -> ApiError {
         match e {
-            InferError::Shape { .. } | InferError::Refused(_) => ApiError::unprocessable(e.to_string()),
+            InferError::Shape { .. } | InferError::Refused(_) => {
+                ApiError::unprocessable(e.to_string())
+            }
             // The request was fine but the process could not serve it now (an allocation
             // failure, most often): retrying later is the right move, hence 503.
-            InferError::Torch { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            InferError::Torch { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
         }
     }
 }
@@ -100,25 +122,43 @@ impl From<InferError> for ApiError {
 ///
 /// Too many rows is 413 (the content is larger than the service will take: split the batch),
 /// not 422 (the content is malformed), as a body over the byte limit is.
-pub fn validate(request: InferRequest, features: usize, max_batch: usize) -> Result<Batch, ApiError> {
+pub fn validate(
+    request: InferRequest,
+    features: usize,
+    max_batch: usize,
+) -> Result<Batch, ApiError> {
     let rows = request.inputs.len();
     if rows == 0 {
-        return Err(ApiError::unprocessable("`inputs` is empty: send at least one row"));
+        return Err(ApiError::unprocessable(
+            "`inputs` is empty: send at least one row",
+        ));
     }
     if rows > max_batch {
-        return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("batch of {rows} rows exceeds the limit of {max_batch}")));
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("batch of {rows} rows exceeds the limit of {max_batch}"),
+        ));
     }
     let mut values = Vec::with_capacity(rows * features);
     for (r, row) in request.inputs.into_iter().enumerate() {
         if row.len() != features {
-            return Err(ApiError::unprocessable(format!("row {r} has {} features; the model takes {features}", row.len())));
+            return Err(ApiError::unprocessable(format!(
+                "row {r} has {} features; the model takes {features}",
+                row.len()
+            )));
         }
         if let Some(c) = row.iter().position(|v| !v.is_finite()) {
-            return Err(ApiError::unprocessable(format!("row {r}, column {c} is not a finite number (NaN, infinite, or out of f32 range)")));
+            return Err(ApiError::unprocessable(format!(
+                "row {r}, column {c} is not a finite number (NaN, infinite, or out of f32 range)"
+            )));
         }
         values.extend(row);
     }
-    Ok(Batch { rows, features, values })
+    Ok(Batch {
+        rows,
+        features,
+        values,
+    })
 }
 
 #[cfg(test)]
@@ -131,21 +171,62 @@ mod tests {
 
     #[test]
     fn each_bad_batch_says_what_is_wrong() {
-        assert_eq!(check(vec![]).unwrap_err().message, "`inputs` is empty: send at least one row");
-        assert_eq!(check(vec![vec![0.0; 3]; 5]).unwrap_err().status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(check(vec![vec![0.0; 3], vec![0.0; 2]]).unwrap_err().message, "row 1 has 2 features; the model takes 3");
+        assert_eq!(
+            check(vec![]).unwrap_err().message,
+            "`inputs` is empty: send at least one row"
+        );
+        assert_eq!(
+            check(vec![vec![0.0; 3]; 5]).unwrap_err().status,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            check(vec![vec![0.0; 3], vec![0.0; 2]]).unwrap_err().message,
+            "row 1 has 2 features; the model takes 3"
+        );
         let nan = check(vec![vec![0.0, f32::INFINITY, 0.0]]).unwrap_err();
-        assert_eq!((nan.status, nan.message.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "row 0, column 1 is not a finite number (NaN, infinite, or out of f32 range)"));
-        assert_eq!(check(vec![vec![1.0, 2.0, 3.0]]).unwrap(), Batch { rows: 1, features: 3, values: vec![1.0, 2.0, 3.0] });
+        assert_eq!(
+            (nan.status, nan.message.as_str()),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "row 0, column 1 is not a finite number (NaN, infinite, or out of f32 range)"
+            )
+        );
+        assert_eq!(
+            check(vec![vec![1.0, 2.0, 3.0]]).unwrap(),
+            Batch {
+                rows: 1,
+                features: 3,
+                values: vec![1.0, 2.0, 3.0]
+            }
+        );
     }
 
     #[test]
     fn handler_errors_map_to_their_status_and_say_the_stage_by_name() {
-        let torch = ApiError::from(InferError::Torch { stage: Stage::Forward, message: "out of memory".into() });
-        assert_eq!((torch.status, torch.message.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "libtorch failed during forward: out of memory"));
+        let torch = ApiError::from(InferError::Torch {
+            stage: Stage::Forward,
+            message: "out of memory".into(),
+        });
+        assert_eq!(
+            (torch.status, torch.message.as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "libtorch failed during forward: out of memory"
+            )
+        );
         let refused = ApiError::from(InferError::Refused("inputs must be standardised".into()));
-        assert_eq!((refused.status, refused.message.as_str()), (StatusCode::UNPROCESSABLE_ENTITY, "inputs must be standardised"));
-        let panic: Box<dyn std::any::Any + Send> = Box::new(String::from("index out of range\nbacktrace..."));
-        assert_eq!(ApiError::panicked(panic.as_ref()).message, "the handler panicked: index out of range");
+        assert_eq!(
+            (refused.status, refused.message.as_str()),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "inputs must be standardised"
+            )
+        );
+        let panic: Box<dyn std::any::Any + Send> =
+            Box::new(String::from("index out of range\nbacktrace..."));
+        assert_eq!(
+            ApiError::panicked(panic.as_ref()).message,
+            "the handler panicked: index out of range"
+        );
     }
 }

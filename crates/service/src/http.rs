@@ -120,7 +120,11 @@ pub struct ServiceConfig {
 
 impl ServiceConfig {
     pub fn new(variant: Variant, pipeline: PipelineConfig) -> ServiceConfig {
-        ServiceConfig { variant, pipeline, http: HttpConfig::new(pipeline.model) }
+        ServiceConfig {
+            variant,
+            pipeline,
+            http: HttpConfig::new(pipeline.model),
+        }
     }
 
     /// The service of `variant` at `scale` on `device`, sized the way `leaklab-service serve` sizes it:
@@ -171,7 +175,14 @@ impl<H: Handler> App<H> {
         let (name, model, stages) = (handler.name(), handler.model(), handler.stages());
         let metrics = Metrics::new(name, &handler.gauges());
         let samples = VecDeque::with_capacity(config.sample_log_capacity.min(1 << 16));
-        Ok(Arc::new(App { worker: Arc::new(Mutex::new(Worker { handler, samples })), metrics, config, name, model, stages }))
+        Ok(Arc::new(App {
+            worker: Arc::new(Mutex::new(Worker { handler, samples })),
+            metrics,
+            config,
+            name,
+            model,
+            stages,
+        }))
     }
 }
 
@@ -192,15 +203,24 @@ pub fn router<H: Handler>(app: Arc<App<H>>) -> Router {
         .route("/debug/memory/samples", get(samples::<H>))
         .route("/debug/memory/snapshot", get(memory_snapshot::<H>))
         .layer(DefaultBodyLimit::max(app.config.body_limit_bytes))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
         .with_state(app)
 }
 
 /// Binds `addr`, tells `started` the address it got, serves until SIGINT or SIGTERM.
-pub async fn serve_app<H: Handler>(app: Arc<App<H>>, addr: SocketAddr, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+pub async fn serve_app<H: Handler>(
+    app: Arc<App<H>>,
+    addr: SocketAddr,
+    started: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     started(listener.local_addr()?);
-    axum::serve(listener, router(app)).with_graceful_shutdown(shutdown()).await?;
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown())
+        .await?;
     Ok(())
 }
 
@@ -209,18 +229,25 @@ pub async fn serve_app<H: Handler>(app: Arc<App<H>>, addr: SocketAddr, started: 
 pub async fn serve(config: ServiceConfig, addr: SocketAddr) -> anyhow::Result<()> {
     let variant = config.variant;
     // The lab driver reads this line to learn the port when it asked for port 0.
-    serve_app(app(config)?, addr, |local| println!("leaklab-service {variant} listening on http://{local}")).await
+    serve_app(app(config)?, addr, |local| {
+        println!("leaklab-service {variant} listening on http://{local}")
+    })
+    .await
 }
 
 async fn shutdown() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
     }
 }
 
-async fn infer<H: Handler>(State(app): State<Arc<App<H>>>, body: Result<Json<InferRequest>, JsonRejection>) -> Result<Json<InferResponse>, ApiError> {
+async fn infer<H: Handler>(
+    State(app): State<Arc<App<H>>>,
+    body: Result<Json<InferRequest>, JsonRejection>,
+) -> Result<Json<InferResponse>, ApiError> {
     let started = Instant::now();
     let result = run_infer(&app, body).await;
     app.metrics.latency.observe(started.elapsed().as_secs_f64());
@@ -232,7 +259,10 @@ async fn infer<H: Handler>(State(app): State<Arc<App<H>>>, body: Result<Json<Inf
     result.map(Json)
 }
 
-async fn run_infer<H: Handler>(app: &Arc<App<H>>, body: Result<Json<InferRequest>, JsonRejection>) -> Result<InferResponse, ApiError> {
+async fn run_infer<H: Handler>(
+    app: &Arc<App<H>>,
+    body: Result<Json<InferRequest>, JsonRejection>,
+) -> Result<InferResponse, ApiError> {
     let Json(request) = body?;
     let batch = validate(request, app.model.input as usize, app.config.max_batch)?;
     let need = app.model.request_bytes_estimate(batch.rows as i64).max(0) as u64;
@@ -244,8 +274,14 @@ async fn run_infer<H: Handler>(app: &Arc<App<H>>, body: Result<Json<InferRequest
     let mut worker = app.worker.clone().lock_owned().await;
     if let Some(budget) = app.config.memory_budget_bytes {
         // Only the allocators matter here; the slow process probes stay off this path.
-        let sample = worker.handler.probes().sample_allocators(&leaklab_probe::MemorySample::default());
-        let in_use = sample.cuda.map_or(sample.cpu.live_bytes, |c| c.allocated_bytes).max(0) as u64;
+        let sample = worker
+            .handler
+            .probes()
+            .sample_allocators(&leaklab_probe::MemorySample::default());
+        let in_use = sample
+            .cuda
+            .map_or(sample.cpu.live_bytes, |c| c.allocated_bytes)
+            .max(0) as u64;
         if in_use + need > budget {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -253,7 +289,11 @@ async fn run_infer<H: Handler>(app: &Arc<App<H>>, body: Result<Json<InferRequest
             ));
         }
     }
-    let (capacity, every, crash_after) = (app.config.sample_log_capacity, app.config.process_probe_every.max(1), app.config.crash_after);
+    let (capacity, every, crash_after) = (
+        app.config.sample_log_capacity,
+        app.config.process_probe_every.max(1),
+        app.config.crash_after,
+    );
     let (result, sample) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| worker.handler.infer(&batch))).map_err(|panic| ApiError::panicked(panic.as_ref()));
@@ -277,17 +317,31 @@ async fn run_infer<H: Handler>(app: &Arc<App<H>>, body: Result<Json<InferRequest
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the inference worker failed: {e}")))?;
     app.metrics.record(&sample, app.stages);
     let inference = result??;
-    Ok(InferResponse { request: inference.request, variant: app.name.to_string(), cached: inference.cached, outputs: inference.outputs })
+    Ok(InferResponse {
+        request: inference.request,
+        variant: app.name.to_string(),
+        cached: inference.cached,
+        outputs: inference.outputs,
+    })
 }
 
 async fn metrics<H: Handler>(State(app): State<Arc<App<H>>>) -> impl IntoResponse {
     let (sample, own) = {
         let mut worker = app.worker.lock().await;
-        (worker.handler.sample(0, SampleDepth::Full), worker.handler.gauges())
+        (
+            worker.handler.sample(0, SampleDepth::Full),
+            worker.handler.gauges(),
+        )
     };
     app.metrics.record(&sample, app.stages);
     app.metrics.record_own(&own);
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.encode())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
 }
 
 /// `GET /debug/memory`: what the probes read now, and the handler's state.
@@ -320,7 +374,10 @@ fn debug_enabled<H>(app: &App<H>) -> Result<(), ApiError> {
     if app.config.debug_endpoints {
         Ok(())
     } else {
-        Err(ApiError::new(StatusCode::NOT_FOUND, "debug endpoints are off; start the service with --debug-endpoints"))
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "debug endpoints are off; start the service with --debug-endpoints",
+        ))
     }
 }
 
@@ -330,24 +387,55 @@ struct Since {
 }
 
 /// `GET /debug/memory/samples?since=N`: the per-request samples after request N.
-async fn samples<H: Handler>(State(app): State<Arc<App<H>>>, Query(q): Query<Since>) -> Result<Json<Vec<RequestSample>>, ApiError> {
+async fn samples<H: Handler>(
+    State(app): State<Arc<App<H>>>,
+    Query(q): Query<Since>,
+) -> Result<Json<Vec<RequestSample>>, ApiError> {
     debug_enabled(&app)?;
     let since = q.since.unwrap_or(0);
     let worker = app.worker.lock().await;
-    Ok(Json(worker.samples.iter().filter(|s| s.request > since).cloned().collect()))
+    Ok(Json(
+        worker
+            .samples
+            .iter()
+            .filter(|s| s.request > since)
+            .cloned()
+            .collect(),
+    ))
 }
 
 /// `GET /debug/memory/snapshot`: the memory_viz pickle (CUDA allocator on CUDA, the counting
 /// CPU allocator otherwise).
-async fn memory_snapshot<H: Handler>(State(app): State<Arc<App<H>>>) -> Result<impl IntoResponse, ApiError> {
+async fn memory_snapshot<H: Handler>(
+    State(app): State<Arc<App<H>>>,
+) -> Result<impl IntoResponse, ApiError> {
     debug_enabled(&app)?;
-    let on_cuda = app.worker.lock().await.handler.probes().cuda_device().is_some();
-    let bytes = tokio::task::spawn_blocking(move || if on_cuda { cuda::snapshot_pickle() } else { snapshot::cpu_snapshot_pickle() })
+    let on_cuda = app
+        .worker
+        .lock()
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .handler
+        .probes()
+        .cuda_device()
+        .is_some();
+    let bytes = tokio::task::spawn_blocking(move || {
+        if on_cuda {
+            cuda::snapshot_pickle()
+        } else {
+            snapshot::cpu_snapshot_pickle()
+        }
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream"), (header::CONTENT_DISPOSITION, "attachment; filename=\"memory_snapshot.pickle\"")],
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"memory_snapshot.pickle\"",
+            ),
+        ],
         bytes,
     ))
 }

@@ -25,5 +25,7 @@ pub use sampler::{SampleDepth, Sampler};
 /// The device `request` means on this machine; CUDA asked for and absent is an error that
 /// says so, never a crash.
 pub fn resolve_device(request: DeviceRequest) -> anyhow::Result<Device> {
-    request.resolve(leaklab_probe::cuda::is_available()).map_err(anyhow::Error::msg)
+    request
+        .resolve(leaklab_probe::cuda::is_available())
+        .map_err(anyhow::Error::msg)
 }

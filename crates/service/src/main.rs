@@ -13,7 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "leaklab-service", version, about = "The lab's tch inference service, one variant per process")]
+#[command(
+    name = "leaklab-service",
+    version,
+    about = "The lab's tch inference service, one variant per process"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -85,7 +89,8 @@ fn main() -> Result<()> {
             println!("{}", resolve_device(device)?);
             Ok(())
         }
-        Command::ExportWeights { scale, out } => leaklab_model::export_weights(&out, scale).with_context(|| format!("cannot export to {}", out.display())),
+        Command::ExportWeights { scale, out } => leaklab_model::export_weights(&out, scale)
+            .with_context(|| format!("cannot export to {}", out.display())),
     }
 }
 
@@ -93,7 +98,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     if let Some(n) = args.threads {
         tch::set_num_threads(n);
     }
-    let mut config = ServiceConfig::for_scale(args.variant, args.scale, resolve_device(args.device)?).with_max_batch(args.max_batch);
+    let mut config =
+        ServiceConfig::for_scale(args.variant, args.scale, resolve_device(args.device)?)
+            .with_max_batch(args.max_batch);
     if let Some(bytes) = args.cache_bytes {
         config.pipeline.cache_capacity_bytes = bytes;
     }
@@ -102,6 +109,12 @@ fn serve(args: ServeArgs) -> Result<()> {
     config.http.request_timeout = Duration::from_secs(args.timeout_secs);
     config.http.memory_budget_bytes = args.memory_budget;
     config.http.crash_after = leaklab_service::fault::crash_after(args.variant)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
-    runtime.block_on(leaklab_service::serve(config, std::net::SocketAddr::new(args.host, args.port)))
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(leaklab_service::serve(
+        config,
+        std::net::SocketAddr::new(args.host, args.port),
+    ))
 }

@@ -161,13 +161,32 @@ impl Metrics {
     pub fn new(variant: &'static str, own: &[OwnGauge]) -> Metrics {
         let mut registry = Registry::with_prefix("leaklab");
         let requests = Family::<OutcomeLabels, Counter>::default();
-        registry.register("requests", "Requests answered, by outcome (ok, client_error, server_error)", requests.clone());
+        registry.register(
+            "requests",
+            "Requests answered, by outcome (ok, client_error, server_error)",
+            requests.clone(),
+        );
         let latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register("request_duration_seconds", "Time spent serving /v1/infer", latency.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time spent serving /v1/infer",
+            latency.clone(),
+        );
         let memory = Family::<ProbeLabels, Gauge>::default();
-        registry.register("memory_bytes", format!("Memory as each probe sees it ({} is exact)", Probe::CpuAllocator.name()), memory.clone());
+        registry.register(
+            "memory_bytes",
+            format!(
+                "Memory as each probe sees it ({} is exact)",
+                Probe::CpuAllocator.name()
+            ),
+            memory.clone(),
+        );
         let stage_memory = Family::<StageLabels, Gauge>::default();
-        registry.register("stage_live_bytes", "Live CPU allocator bytes by the request stage that allocated them", stage_memory.clone());
+        registry.register(
+            "stage_live_bytes",
+            "Live CPU allocator bytes by the request stage that allocated them",
+            stage_memory.clone(),
+        );
         let capacity = Family::<CapacityLabels, Gauge>::default();
         registry.register("memory_capacity_bytes", "What each memory may grow to: host (the machine, or the cgroup limit when lower) and gpu (the device)", capacity.clone());
         let own = own
@@ -179,18 +198,36 @@ impl Metrics {
             })
             .collect();
         let host_capacity = leaklab_proc::host_capacity().map(|b| b as i64);
-        Metrics { registry, variant, requests, latency, memory, stage_memory, capacity, host_capacity, own }
+        Metrics {
+            registry,
+            variant,
+            requests,
+            latency,
+            memory,
+            stage_memory,
+            capacity,
+            host_capacity,
+            own,
+        }
     }
 
     pub fn count(&self, outcome: Outcome) {
-        self.requests.get_or_create(&OutcomeLabels { variant: self.variant, outcome }).inc();
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                variant: self.variant,
+                outcome,
+            })
+            .inc();
     }
 
     /// Sets every memory gauge from `sample`; the per-stage gauges only when `stages` (the
     /// handler runs its requests under the stage contexts, so those bytes mean something).
     pub fn record(&self, sample: &RequestSample, stages: bool) {
         let m = &sample.memory;
-        let mut gauges: Vec<(MemorySeries, i64)> = Probe::ALL.iter().filter_map(|&p| p.read(m).map(|v| (MemorySeries::Probe(p), v))).collect();
+        let mut gauges: Vec<(MemorySeries, i64)> = Probe::ALL
+            .iter()
+            .filter_map(|&p| p.read(m).map(|v| (MemorySeries::Probe(p), v)))
+            .collect();
         gauges.push((MemorySeries::CpuAllocatorPeak, m.cpu.peak_bytes));
         if let Some(c) = m.cuda {
             gauges.push((MemorySeries::CudaNumOoms, c.num_ooms));
@@ -199,15 +236,36 @@ impl Metrics {
             gauges.push((MemorySeries::NvmlDeviceUsed, n.device_used_bytes as i64));
         }
         for (probe, value) in gauges {
-            self.memory.get_or_create(&ProbeLabels { variant: self.variant, probe }).set(value);
+            self.memory
+                .get_or_create(&ProbeLabels {
+                    variant: self.variant,
+                    probe,
+                })
+                .set(value);
         }
-        let capacities = [(Capacity::Host, self.host_capacity), (Capacity::Gpu, m.nvml.map(|n| n.device_total_bytes as i64))];
-        for (memory, bytes) in capacities.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))) {
-            self.capacity.get_or_create(&CapacityLabels { variant: self.variant, memory }).set(bytes);
+        let capacities = [
+            (Capacity::Host, self.host_capacity),
+            (Capacity::Gpu, m.nvml.map(|n| n.device_total_bytes as i64)),
+        ];
+        for (memory, bytes) in capacities
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+        {
+            self.capacity
+                .get_or_create(&CapacityLabels {
+                    variant: self.variant,
+                    memory,
+                })
+                .set(bytes);
         }
         if stages {
             for (stage, bytes) in sample.stage_live_bytes.iter() {
-                self.stage_memory.get_or_create(&StageLabels { variant: self.variant, stage: StageLabel(stage) }).set(bytes);
+                self.stage_memory
+                    .get_or_create(&StageLabels {
+                        variant: self.variant,
+                        stage: StageLabel(stage),
+                    })
+                    .set(bytes);
             }
         }
     }
@@ -223,7 +281,8 @@ impl Metrics {
 
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
         out
     }
 }

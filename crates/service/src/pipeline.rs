@@ -58,7 +58,13 @@ pub fn tch_device(device: Device) -> tch::Device {
 
 impl PipelineConfig {
     pub fn new(model: ModelConfig, device: Device) -> PipelineConfig {
-        PipelineConfig { model, device, history_capacity: 1024, cache_capacity_bytes: 4 << 20, cuda_slack_watermark_bytes: 256 << 20 }
+        PipelineConfig {
+            model,
+            device,
+            history_capacity: 1024,
+            cache_capacity_bytes: 4 << 20,
+            cuda_slack_watermark_bytes: 256 << 20,
+        }
     }
 }
 
@@ -87,8 +93,12 @@ impl Pipeline {
             config,
             model,
             stats: RunningMean::new(variant.graph()),
-            history: variant.refs().map(|m| History::new(m, config.history_capacity)),
-            cache: variant.cache().map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
+            history: variant
+                .refs()
+                .map(|m| History::new(m, config.history_capacity)),
+            cache: variant
+                .cache()
+                .map(|m| FeatureCache::new(m, config.cache_capacity_bytes)),
             sampler: Sampler::new(probes),
             requests: 0,
         })
@@ -118,7 +128,10 @@ impl Pipeline {
     pub fn infer(&mut self, batch: &Batch) -> Result<Inference, InferError> {
         let want = self.config.model.input as usize;
         if batch.features != want {
-            return Err(InferError::Shape { got: batch.features, want });
+            return Err(InferError::Shape {
+                got: batch.features,
+                want,
+            });
         }
         let device = self.model.device();
         // libtorch reports errors (such as an allocation failure) by panicking through tch;
@@ -128,7 +141,11 @@ impl Pipeline {
         let outputs = stage(Stage::Postprocess, || postprocess(&y))?;
         stage(Stage::Telemetry, || self.telemetry(&y))?;
         self.requests += 1;
-        Ok(Inference { request: self.requests, outputs, cached })
+        Ok(Inference {
+            request: self.requests,
+            outputs,
+            cached,
+        })
     }
 
     fn preprocess(&mut self, batch: &Batch, device: tch::Device) -> (Tensor, bool) {
@@ -136,7 +153,8 @@ impl Pipeline {
         if let Some(x) = self.cache.as_mut().and_then(|c| c.get(key)) {
             return (x, true);
         }
-        let raw = Tensor::from_slice(&batch.values).view([batch.rows as i64, batch.features as i64]);
+        let raw =
+            Tensor::from_slice(&batch.values).view([batch.rows as i64, batch.features as i64]);
         // Standardise each row: the "feature extraction" that the cache saves.
         let mean = raw.mean_dim(-1, true, Kind::Float);
         let std = raw.std_dim(-1, false, true);
@@ -155,7 +173,9 @@ impl Pipeline {
             let padded = x.constant_pad_nd([0, 0, 0, bucket_rows(rows) - rows]);
             let y = graph::forward(&self.model, &padded, self.variant.graph()).narrow(0, 0, rows);
             if let Ok(s) = cuda::stats(0) {
-                if (s.reserved_bytes - s.allocated_bytes) as usize > self.config.cuda_slack_watermark_bytes {
+                if (s.reserved_bytes - s.allocated_bytes) as usize
+                    > self.config.cuda_slack_watermark_bytes
+                {
                     let _ = cuda::empty_cache();
                 }
             }
@@ -178,20 +198,35 @@ impl Pipeline {
         let by_context = cpu::live_by_context();
         let stage_live_bytes = StageBytes::from_fn(|s| {
             let ctx = stage_context(s);
-            by_context.iter().find(|(c, _)| *c == ctx).map_or(0, |(_, b)| *b)
+            by_context
+                .iter()
+                .find(|(c, _)| *c == ctx)
+                .map_or(0, |(_, b)| *b)
         });
         let memory = self.sampler.memory(depth);
-        RequestSample { request: self.requests, latency_us, stage_live_bytes, memory }
+        RequestSample {
+            request: self.requests,
+            latency_us,
+            stage_live_bytes,
+            memory,
+        }
     }
 }
 
 fn stage<T>(stage: Stage, body: impl FnOnce() -> T) -> Result<T, InferError> {
     let _ctx = stage_context(stage).enter();
-    catch_unwind(AssertUnwindSafe(body)).map_err(|panic| InferError::Torch { stage, message: crate::api::panic_message(panic.as_ref()) })
+    catch_unwind(AssertUnwindSafe(body)).map_err(|panic| InferError::Torch {
+        stage,
+        message: crate::api::panic_message(panic.as_ref()),
+    })
 }
 
 fn postprocess(y: &Tensor) -> Vec<Vec<f32>> {
-    let y = y.detach().to_device(tch::Device::Cpu).to_kind(Kind::Float).contiguous();
+    let y = y
+        .detach()
+        .to_device(tch::Device::Cpu)
+        .to_kind(Kind::Float)
+        .contiguous();
     let cols = y.size()[1] as usize;
     let flat = Vec::<f32>::try_from(y.flatten(0, -1)).expect("a float tensor converts to Vec<f32>");
     flat.chunks(cols).map(<[f32]>::to_vec).collect()
@@ -238,6 +273,10 @@ impl Handler for Pipeline {
     }
 
     fn state(&self) -> PipelineState {
-        PipelineState { history_len: self.history_len(), cache_entries: self.cache_entries(), mean_output: self.mean_output() }
+        PipelineState {
+            history_len: self.history_len(),
+            cache_entries: self.cache_entries(),
+            mean_output: self.mean_output(),
+        }
     }
 }

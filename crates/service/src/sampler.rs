@@ -21,7 +21,10 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(probes: Probes) -> Sampler {
-        Sampler { last_full: probes.sample(Nvml::Skip), probes }
+        Sampler {
+            last_full: probes.sample(Nvml::Skip),
+            probes,
+        }
     }
 
     pub fn probes(&self) -> &Probes {

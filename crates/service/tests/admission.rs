@@ -31,7 +31,10 @@ async fn over_budget_requests_are_refused_and_allocation_failures_are_survived()
     assert!(body.contains("more than the memory budget"), "{body}");
     let after_refusal = cpu::stats();
     assert_eq!(after_refusal.live_bytes, before.live_bytes);
-    assert_eq!(after_refusal.alloc_count, before.alloc_count, "refused before any allocation");
+    assert_eq!(
+        after_refusal.alloc_count, before.alloc_count,
+        "refused before any allocation"
+    );
 
     // Forced failure inside libtorch: the allocator's cap drops to what is live now.
     cpu::set_limit(Some(cpu::stats().live_bytes as u64 + 1024));
@@ -39,8 +42,16 @@ async fn over_budget_requests_are_refused_and_allocation_failures_are_survived()
     cpu::set_limit(None);
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     let message = body["error"].as_str().unwrap();
-    assert!(message.contains("libtorch failed during preprocess") && message.contains("leaklab CPU memory limit"), "{message}");
-    assert_eq!(cpu::stats().live_bytes, before.live_bytes, "the failed request freed what it made");
+    assert!(
+        message.contains("libtorch failed during preprocess")
+            && message.contains("leaklab CPU memory limit"),
+        "{message}"
+    );
+    assert_eq!(
+        cpu::stats().live_bytes,
+        before.live_bytes,
+        "the failed request freed what it made"
+    );
 
     // And the service goes on, with the same exact footprint per request as before.
     for i in 11..14 {

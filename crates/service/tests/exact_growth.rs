@@ -41,12 +41,19 @@ async fn each_variant_grows_by_exactly_what_its_cause_keeps() {
             assert_eq!(body["outputs"].as_array().unwrap().len(), BATCH);
         }
         let samples = get_json(&r, &format!("/debug/memory/samples?since={WARMUP}")).await;
-        let live: Vec<i64> = samples.as_array().unwrap().iter().map(|s| s["memory"]["cpu"]["live_bytes"].as_i64().unwrap()).collect();
+        let live: Vec<i64> = samples
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["memory"]["cpu"]["live_bytes"].as_i64().unwrap())
+            .collect();
         assert_eq!(live.len() as u64, REQUESTS);
         let steps: Vec<i64> = live.windows(2).map(|w| w[1] - w[0]).collect();
-        assert!(steps.iter().all(|s| *s == bytes), "{variant}: per-request growth {steps:?}, expected {bytes} each");
+        assert!(
+            steps.iter().all(|s| *s == bytes),
+            "{variant}: per-request growth {steps:?}, expected {bytes} each"
+        );
         measured.push((variant.name(), steps[0]));
     }
     insta::assert_debug_snapshot!(measured);
 }
-

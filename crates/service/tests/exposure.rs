@@ -29,6 +29,13 @@ async fn body_and_batch_limits_are_enforced_with_413() {
     let (status, body) = call(&r, "POST", "/v1/infer", Some("application/json"), five_rows).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(String::from_utf8_lossy(&body).contains("exceeds the limit of 4"));
-    let (status, _) = call(&r, "POST", "/v1/infer", Some("application/json"), vec![b' '; 65 << 10]).await;
+    let (status, _) = call(
+        &r,
+        "POST",
+        "/v1/infer",
+        Some("application/json"),
+        vec![b' '; 65 << 10],
+    )
+    .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 }

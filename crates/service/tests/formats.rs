@@ -11,7 +11,11 @@ async fn infer_memory_and_metrics_formats() {
     let r = router(common::config(Variant::RefsLeaky));
     let (_, body) = infer(&r, 1).await;
     let mut shape = body.clone();
-    shape["outputs"] = serde_json::json!(format!("{} rows × {} columns", body["outputs"].as_array().unwrap().len(), body["outputs"][0].as_array().unwrap().len()));
+    shape["outputs"] = serde_json::json!(format!(
+        "{} rows × {} columns",
+        body["outputs"].as_array().unwrap().len(),
+        body["outputs"][0].as_array().unwrap().len()
+    ));
     insta::assert_json_snapshot!("infer_response", shape);
 
     let memory = get_json(&r, "/debug/memory").await;
@@ -31,10 +35,17 @@ async fn infer_memory_and_metrics_formats() {
     assert_eq!(status, StatusCode::OK);
     let text = String::from_utf8(text).unwrap();
     // Metric names and labels, values stripped: the contract of dashboards and alert rules.
-    let mut series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).map(|l| l.rsplit_once(' ').map_or(l, |(name, _)| name)).filter(|l| !l.contains("_bucket")).collect();
+    let mut series: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.rsplit_once(' ').map_or(l, |(name, _)| name))
+        .filter(|l| !l.contains("_bucket"))
+        .collect();
     series.sort();
     insta::assert_snapshot!("metrics_series", series.join("\n"));
-    assert!(text.contains("leaklab_memory_bytes{variant=\"refs-leaky\",probe=\"cpu_allocator_live\"}"));
+    assert!(
+        text.contains("leaklab_memory_bytes{variant=\"refs-leaky\",probe=\"cpu_allocator_live\"}")
+    );
     // The alert rules' capacity (docs/prometheus/leaklab-alerts.yml) is this series.
     assert!(text.contains("leaklab_memory_capacity_bytes{variant=\"refs-leaky\",memory=\"host\"}"));
 }
@@ -49,7 +60,10 @@ async fn debug_endpoints_are_off_unless_enabled() {
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert!(String::from_utf8_lossy(&body).contains("--debug-endpoints"));
     }
-    assert_eq!(call(&r, "GET", "/healthz", None, Vec::new()).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&r, "GET", "/healthz", None, Vec::new()).await.0,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,5 +77,7 @@ async fn the_snapshot_endpoint_serves_a_memory_viz_pickle() {
     // Pickle protocol header, then a dict whose keys include the viewer's.
     assert_eq!(bytes[0], 0x80);
     let text = String::from_utf8_lossy(&bytes);
-    assert!(text.contains("segments") && text.contains("device_traces") && text.contains("forward"));
+    assert!(
+        text.contains("segments") && text.contains("device_traces") && text.contains("forward")
+    );
 }

@@ -40,7 +40,10 @@ fn cuda_allocated_grows_by_exactly_what_each_cause_keeps() {
         (Variant::CacheLeaky, m.input_bytes(b)),
         (Variant::CacheFixed, 0),
         (Variant::Baseline, 0),
-        (Variant::Seed, m.graph_bytes_per_request(b) + m.output_bytes(b)),
+        (
+            Variant::Seed,
+            m.graph_bytes_per_request(b) + m.output_bytes(b),
+        ),
     ];
     for (variant, bytes) in expected {
         let mut p = pipeline(variant);
@@ -55,7 +58,10 @@ fn cuda_allocated_grows_by_exactly_what_each_cause_keeps() {
             steps.push(now - last);
             last = now;
         }
-        assert!(steps.iter().all(|s| *s == bytes), "{variant}: CUDA allocated grew by {steps:?}, expected {bytes} each");
+        assert!(
+            steps.iter().all(|s| *s == bytes),
+            "{variant}: CUDA allocated grew by {steps:?}, expected {bytes} each"
+        );
         println!("{variant}: {bytes} B/request on CUDA");
         drop(p);
         cuda::empty_cache().unwrap();
@@ -97,11 +103,17 @@ fn nvml_sees_the_reserved_memory_plus_the_cuda_context() {
     let reserved = cuda::stats(0).unwrap().reserved_bytes as u64;
     let nvml = NvmlProbe::new().expect("NVML on a CUDA host");
     let reading = nvml.read(0).unwrap();
-    println!("reserved {reserved} B, NVML process {:?} B, device {} / {} B", reading.process_used_bytes, reading.device_used_bytes, reading.device_total_bytes);
+    println!(
+        "reserved {reserved} B, NVML process {:?} B, device {} / {} B",
+        reading.process_used_bytes, reading.device_used_bytes, reading.device_total_bytes
+    );
     assert!(reading.device_used_bytes >= reserved);
     if let Some(used) = reading.process_used_bytes {
         // The margin is the CUDA context and cuBLAS/cuDNN workspaces: under 2 GiB on any current card.
-        assert!(used >= reserved && used <= reserved + (2 << 30), "NVML {used} vs reserved {reserved}");
+        assert!(
+            used >= reserved && used <= reserved + (2 << 30),
+            "NVML {used} vs reserved {reserved}"
+        );
     }
     drop(p);
 }

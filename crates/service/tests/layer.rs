@@ -39,7 +39,15 @@ impl Handler for Echo {
             3 => Err(InferError::Refused("three rows are refused here".into())),
             rows => {
                 self.served += 1;
-                Ok(Inference { request: self.served, outputs: batch.values.chunks(batch.features).map(|r| vec![r[0]]).collect(), cached: rows == 4 })
+                Ok(Inference {
+                    request: self.served,
+                    outputs: batch
+                        .values
+                        .chunks(batch.features)
+                        .map(|r| vec![r[0]])
+                        .collect(),
+                    cached: rows == 4,
+                })
             }
         }
     }
@@ -50,16 +58,27 @@ impl Handler for Echo {
         self.sampler.probes()
     }
     fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
-        RequestSample { request: self.served, latency_us, stage_live_bytes: Default::default(), memory: self.sampler.memory(depth) }
+        RequestSample {
+            request: self.served,
+            latency_us,
+            stage_live_bytes: Default::default(),
+            memory: self.sampler.memory(depth),
+        }
     }
     fn stages(&self) -> bool {
         false
     }
     fn state(&self) -> Served {
-        Served { served: self.served }
+        Served {
+            served: self.served,
+        }
     }
     fn gauges(&self) -> Vec<OwnGauge> {
-        vec![OwnGauge { name: "echo_served", help: "Requests echoed", value: self.served as f64 }]
+        vec![OwnGauge {
+            name: "echo_served",
+            help: "Requests echoed",
+            value: self.served as f64,
+        }]
     }
 }
 
@@ -72,19 +91,52 @@ async fn post(r: &axum::Router, rows: usize) -> (StatusCode, serde_json::Value) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_handler_gets_the_same_answers_and_the_same_metrics() {
     leaklab_probe::cpu::install().unwrap();
-    let app = App::new(Echo { sampler: Sampler::new(Probes::cpu()), served: 0 }, HttpConfig::new(Scale::Default.config())).unwrap();
+    let app = App::new(
+        Echo {
+            sampler: Sampler::new(Probes::cpu()),
+            served: 0,
+        },
+        HttpConfig::new(Scale::Default.config()),
+    )
+    .unwrap();
     let r = leaklab_service::router(app);
     let (status, body) = post(&r, 1).await;
-    assert_eq!((status, body["variant"].as_str(), body["request"].as_u64()), (StatusCode::OK, Some("echo"), Some(1)), "{body}");
+    assert_eq!(
+        (status, body["variant"].as_str(), body["request"].as_u64()),
+        (StatusCode::OK, Some("echo"), Some(1)),
+        "{body}"
+    );
     let (status, body) = post(&r, 2).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::INTERNAL_SERVER_ERROR, Some("the handler panicked: two rows are one too many")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Some("the handler panicked: two rows are one too many")
+        )
+    );
     let (status, body) = post(&r, 3).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("three rows are refused here")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("three rows are refused here")
+        )
+    );
     // The same validation as the lab's service, before the handler sees anything.
     let (status, body) = post(&r, 1025).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::PAYLOAD_TOO_LARGE, Some("batch of 1025 rows exceeds the limit of 1024")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("batch of 1025 rows exceeds the limit of 1024")
+        )
+    );
     let (status, body) = post(&r, 4).await;
-    assert_eq!((status, body["cached"].as_bool(), body["request"].as_u64()), (StatusCode::OK, Some(true), Some(2)), "the service goes on after a panic");
+    assert_eq!(
+        (status, body["cached"].as_bool(), body["request"].as_u64()),
+        (StatusCode::OK, Some(true), Some(2)),
+        "the service goes on after a panic"
+    );
 
     let (_, text) = call(&r, "GET", "/metrics", None, Vec::new()).await;
     let text = String::from_utf8(text).unwrap();
@@ -97,8 +149,19 @@ async fn any_handler_gets_the_same_answers_and_the_same_metrics() {
     ] {
         assert!(text.contains(series), "no `{series}` in\n{text}");
     }
-    assert!(!text.contains("leaklab_stage_live_bytes{"), "a handler without stages exports no per-stage bytes:\n{text}");
+    assert!(
+        !text.contains("leaklab_stage_live_bytes{"),
+        "a handler without stages exports no per-stage bytes:\n{text}"
+    );
     let (status, memory) = call(&r, "GET", "/debug/memory", None, Vec::new()).await;
     let memory: serde_json::Value = serde_json::from_slice(&memory).unwrap();
-    assert_eq!((status, memory["requests"].as_u64(), memory["served"].as_u64()), (StatusCode::OK, Some(2), Some(2)), "{memory}");
+    assert_eq!(
+        (
+            status,
+            memory["requests"].as_u64(),
+            memory["served"].as_u64()
+        ),
+        (StatusCode::OK, Some(2), Some(2)),
+        "{memory}"
+    );
 }

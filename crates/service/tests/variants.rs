@@ -20,7 +20,10 @@ async fn the_same_input_is_served_from_the_cache_with_the_same_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaky_and_fixed_variants_compute_the_same_outputs() {
-    let (leaky, fixed) = (router(common::config(Variant::Seed)), router(common::config(Variant::Baseline)));
+    let (leaky, fixed) = (
+        router(common::config(Variant::Seed)),
+        router(common::config(Variant::Baseline)),
+    );
     for i in 0..3 {
         let (a, b) = (infer(&leaky, i).await.1, infer(&fixed, i).await.1);
         assert_eq!(a["outputs"], b["outputs"], "request {i}");

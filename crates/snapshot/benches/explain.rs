@@ -69,18 +69,39 @@ fn child(path: &str) {
     let e = explain(&snapshot, View::default(), None);
     let text = leaklab_snapshot::render::explanation_text(&e, 10, false);
     let seconds = started.elapsed().as_secs_f64();
-    assert!(e.allocated_bytes > 0 && !e.holders.is_empty() && e.trace_events > 0, "{text}");
-    let summary = format!("{} segments, {} blocks, {} trace events (longest trace), {} holders", e.segments, snapshot.segments.iter().map(|s| s.block_count()).sum::<usize>(), e.trace_events, e.holders.len());
+    assert!(
+        e.allocated_bytes > 0 && !e.holders.is_empty() && e.trace_events > 0,
+        "{text}"
+    );
+    let summary = format!(
+        "{} segments, {} blocks, {} trace events (longest trace), {} holders",
+        e.segments,
+        snapshot
+            .segments
+            .iter()
+            .map(|s| s.block_count())
+            .sum::<usize>(),
+        e.trace_events,
+        e.holders.len()
+    );
     println!("{seconds} {} {summary}", PEAK.load(Ordering::Relaxed));
 }
 
 fn rss_anon(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|r| r.split_whitespace().next()).and_then(|kb| kb.parse::<u64>().ok()).map(|kb| kb * 1024)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 fn measure(path: &Path) -> Run {
-    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().and_then(|f| f.parse().ok())).unwrap_or(0.0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|f| f.parse().ok()))
+        .unwrap_or(0.0);
     let started = std::time::Instant::now();
     let mut child = std::process::Command::new(std::env::current_exe().expect("this bench's path"))
         .env(CHILD, path)
@@ -94,19 +115,36 @@ fn measure(path: &Path) -> Run {
     }
     let wall = started.elapsed().as_secs_f64();
     let out = child.wait_with_output().expect("the child's output");
-    assert!(out.status.success(), "the explain child failed on {}", path.display());
+    assert!(
+        out.status.success(),
+        "the explain child failed on {}",
+        path.display()
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut fields = text.trim().splitn(3, ' ');
     let _inner_seconds: f64 = fields.next().and_then(|s| s.parse().ok()).expect("seconds");
-    let peak_heap = fields.next().and_then(|s| s.parse().ok()).expect("heap peak");
-    Run { load, file_bytes: std::fs::metadata(path).expect("the file").len(), seconds: wall, peak_anon, peak_heap, summary: fields.next().unwrap_or_default().to_string() }
+    let peak_heap = fields
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("heap peak");
+    Run {
+        load,
+        file_bytes: std::fs::metadata(path).expect("the file").len(),
+        seconds: wall,
+        peak_anon,
+        peak_heap,
+        summary: fields.next().unwrap_or_default().to_string(),
+    }
 }
 
 const CHILD: &str = "LEAKLAB_SNAPSHOT_BENCH_CHILD";
 
 /// Writes a snapshot of `shape` of about `target` bytes to `path`; returns its size.
 fn write_file(path: &Path, shape: &writer::Shape, target: u64) -> u64 {
-    let out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).expect("create the bench file"));
+    let out = BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(path).expect("create the bench file"),
+    );
     generate(out, shape, target, 1000).1
 }
 
@@ -117,7 +155,9 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     // For looking into one size: LEAKLAB_SNAPSHOT_BENCH_MB=256 runs the shapes at 256 MB and
     // skips the large run; LEAKLAB_SNAPSHOT_BENCH_KEEP=1 keeps the files and reuses them.
-    let chosen = std::env::var("LEAKLAB_SNAPSHOT_BENCH_MB").ok().and_then(|mb| mb.parse::<u64>().ok());
+    let chosen = std::env::var("LEAKLAB_SNAPSHOT_BENCH_MB")
+        .ok()
+        .and_then(|mb| mb.parse::<u64>().ok());
     let keep = std::env::var_os("LEAKLAB_SNAPSHOT_BENCH_KEEP").is_some();
     let (size, large) = match chosen {
         Some(mb) => (mb << 20, None),
@@ -127,7 +167,10 @@ fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = workspace.join("target/snapshot-bench");
     std::fs::create_dir_all(&dir).expect("target/snapshot-bench");
-    let mut criterion = Criterion::default().configure_from_args().sample_size(10).measurement_time(std::time::Duration::from_secs(if full { 20 } else { 1 }));
+    let mut criterion = Criterion::default()
+        .configure_from_args()
+        .sample_size(10)
+        .measurement_time(std::time::Duration::from_secs(if full { 20 } else { 1 }));
     let mut rows = Vec::new();
     let mut record = |shape: &str, run: &Run| {
         let line = format!(
@@ -145,7 +188,10 @@ fn main() {
     };
     // LEAKLAB_SNAPSHOT_BENCH_SHAPES=memo,fresh runs only those.
     let only = std::env::var("LEAKLAB_SNAPSHOT_BENCH_SHAPES").ok();
-    for shape in SHAPES.iter().filter(|s| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == s.name))) {
+    for shape in SHAPES.iter().filter(|s| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|n| n == s.name))
+    }) {
         let path: PathBuf = dir.join(format!("{}-{}MB.pickle", shape.name, size >> 20));
         let bytes = match std::fs::metadata(&path) {
             Ok(m) if keep => m.len(),
@@ -154,7 +200,15 @@ fn main() {
         record(shape.name, &measure(&path));
         let mut group = criterion.benchmark_group("cpu_snapshot_explain");
         group.throughput(Throughput::Bytes(bytes));
-        group.bench_with_input(BenchmarkId::new(shape.name, format!("{}MB", bytes >> 20)), &path, |b, path| b.iter(|| explain(&load(path).expect("reads"), View::default(), None).allocated_bytes));
+        group.bench_with_input(
+            BenchmarkId::new(shape.name, format!("{}MB", bytes >> 20)),
+            &path,
+            |b, path| {
+                b.iter(|| {
+                    explain(&load(path).expect("reads"), View::default(), None).allocated_bytes
+                })
+            },
+        );
         group.finish();
         if !keep {
             std::fs::remove_file(&path).expect("remove the bench file");
@@ -163,12 +217,22 @@ fn main() {
     // Files written elsewhere (benches/python_snapshot.py's, by CPython's own pickle), measured
     // the same way: LEAKLAB_SNAPSHOT_BENCH_FILES=a.pickle,b.pickle.
     // Relative paths are from the workspace (cargo runs benches in the crate's folder).
-    for path in std::env::var("LEAKLAB_SNAPSHOT_BENCH_FILES").unwrap_or_default().split(',').filter(|p| !p.is_empty()) {
+    for path in std::env::var("LEAKLAB_SNAPSHOT_BENCH_FILES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.is_empty())
+    {
         let path = workspace.join(path);
-        let name = path.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        let name = path
+            .file_stem()
+            .map_or(String::new(), |s| s.to_string_lossy().into_owned());
         // Read once first, so that it is in the page cache like the shapes just written (and
         // a snapshot just dumped): the figure is the reader's, not the disk's.
-        std::io::copy(&mut std::fs::File::open(&path).expect("the file"), &mut std::io::sink()).expect("read the file");
+        std::io::copy(
+            &mut std::fs::File::open(&path).expect("the file"),
+            &mut std::io::sink(),
+        )
+        .expect("read the file");
         record(&format!("file {name}"), &measure(&path));
     }
     if let Some(large) = large {
@@ -184,6 +248,8 @@ fn main() {
         None if full => "peak.json".into(),
         None => "peak-smoke.json".into(),
     };
-    std::fs::create_dir_all(&out).and_then(|()| std::fs::write(out.join(name), json)).expect("write peak.json");
+    std::fs::create_dir_all(&out)
+        .and_then(|()| std::fs::write(out.join(name), json))
+        .expect("write peak.json");
     criterion.final_summary();
 }

@@ -17,7 +17,10 @@
 //! of a window when one was asked for) or traces. An item of the wrong kind is remembered with
 //! its position, so that a list used as `blocks` or `segments` says which entry was not one.
 
-use crate::model::{cut, Action, Block, BlockRun, BlockState, FormatError, Frame, Segment, Since, Snapshot, StackId, Survivor, TimeIndex, Trace, TraceEntry, NO_ADDRESS};
+use crate::model::{
+    cut, Action, Block, BlockRun, BlockState, FormatError, Frame, Segment, Since, Snapshot,
+    StackId, Survivor, TimeIndex, Trace, TraceEntry, NO_ADDRESS,
+};
 use crate::pickle::{self, Build, Kind, Memo, PickleError, Reader, Value};
 use crate::record::Fast;
 use rustc_hash::FxHashMap;
@@ -139,7 +142,11 @@ pub(crate) struct Fields {
 
 impl Default for Fields {
     fn default() -> Fields {
-        Fields { present: 0, owning: 0, vals: [Value::None; NKEYS] }
+        Fields {
+            present: 0,
+            owning: 0,
+            vals: [Value::None; NKEYS],
+        }
     }
 }
 
@@ -189,7 +196,6 @@ impl Fields {
         self.present |= 1 << k;
         &mut self.vals[k as usize]
     }
-
 }
 
 /// A list entry that was not of the list's kind: where, and what it was.
@@ -348,7 +354,9 @@ impl Fold {
             let starts = match self.window {
                 None => false,
                 Some(Since::Event(i)) => index >= i as u64,
-                Some(Since::Seconds(s)) => matches!((self.times.first_time(), e.time_us()), (Some(t0), Some(t)) if t >= cut(t0, s)),
+                Some(Since::Seconds(s)) => {
+                    matches!((self.times.first_time(), e.time_us()), (Some(t0), Some(t)) if t >= cut(t0, s))
+                }
             };
             if starts {
                 self.from = Some(index);
@@ -427,7 +435,12 @@ impl<'a> Builder<'a> {
             window: options.window,
             block_bytes: Vec::new(),
         };
-        let known = KEYS.iter().copied().chain(STATES.iter().map(|s| s.0)).chain(["?"]).chain(Action::KNOWN.iter().map(|a| a.0));
+        let known = KEYS
+            .iter()
+            .copied()
+            .chain(STATES.iter().map(|s| s.0))
+            .chain(["?"])
+            .chain(Action::KNOWN.iter().map(|a| a.0));
         for (i, text) in known.enumerate() {
             b.text_ids.insert(Cow::Borrowed(text.as_bytes()), i as u32);
             b.texts.push(Cow::Borrowed(text));
@@ -439,7 +452,10 @@ impl<'a> Builder<'a> {
     fn add_text(&mut self, key: Cow<'a, [u8]>, text: Cow<'a, str>, at: usize) -> Result<u32> {
         let id = self.texts.len();
         if id > MAX_ID {
-            return Err(malformed(at, "more than 500 million distinct strings: not a snapshot"));
+            return Err(malformed(
+                at,
+                "more than 500 million distinct strings: not a snapshot",
+            ));
         }
         self.text_ids.insert(key, id as u32);
         self.texts.push(text);
@@ -448,7 +464,10 @@ impl<'a> Builder<'a> {
 
     fn arc(&mut self, id: u32) -> Arc<str> {
         let texts = &self.texts;
-        self.arcs.entry(id).or_insert_with(|| Arc::from(&*texts[id as usize])).clone()
+        self.arcs
+            .entry(id)
+            .or_insert_with(|| Arc::from(&*texts[id as usize]))
+            .clone()
     }
 
     fn frame(&mut self, filename: u32, line: i64, name: u32, at: usize) -> Result<u32> {
@@ -460,7 +479,10 @@ impl<'a> Builder<'a> {
         let id = *self.normal_ids.entry(normal).or_insert(next);
         if id == next {
             if self.frames.len() > MAX_ID {
-                return Err(malformed(at, "more than 500 million distinct frames: not a snapshot"));
+                return Err(malformed(
+                    at,
+                    "more than 500 million distinct frames: not a snapshot",
+                ));
             }
             self.frames.push(normal);
         }
@@ -471,17 +493,31 @@ impl<'a> Builder<'a> {
     /// Snapshots converted from a profile (`_profile_to_snapshot`) carry Python frames as
     /// `{"filename": "none", "name": "path/file.py(35): handle"}`: split them into file, line
     /// and function like every other frame.
-    fn normalize(&mut self, filename: u32, line: i64, name: u32, at: usize) -> Result<(u32, i64, u32)> {
+    fn normalize(
+        &mut self,
+        filename: u32,
+        line: i64,
+        name: u32,
+        at: usize,
+    ) -> Result<(u32, i64, u32)> {
         if &*self.texts[filename as usize] != "none" {
             return Ok((filename, line, name));
         }
         let text = self.texts[name as usize].to_string();
         let parsed = text.split_once("): ").and_then(|(place, func)| {
             let (file, line) = place.rsplit_once('(')?;
-            Some((file.to_string(), line.parse::<i64>().ok()?, func.to_string()))
+            Some((
+                file.to_string(),
+                line.parse::<i64>().ok()?,
+                func.to_string(),
+            ))
         });
         match parsed {
-            Some((file, line, func)) => Ok((self.intern_owned(file.into_bytes(), at)?, line, self.intern_owned(func.into_bytes(), at)?)),
+            Some((file, line, func)) => Ok((
+                self.intern_owned(file.into_bytes(), at)?,
+                line,
+                self.intern_owned(func.into_bytes(), at)?,
+            )),
             None => Ok((filename, line, name)),
         }
     }
@@ -492,7 +528,10 @@ impl<'a> Builder<'a> {
         }
         let id = self.stack_ids.len();
         if id > MAX_ID {
-            return Err(malformed(at, "more than 500 million distinct stacks: not a snapshot"));
+            return Err(malformed(
+                at,
+                "more than 500 million distinct stacks: not a snapshot",
+            ));
         }
         self.stack_ids.insert(Box::from(frames), id as u32);
         Ok(id as u32)
@@ -513,7 +552,9 @@ impl<'a> Builder<'a> {
 
     fn take_item(&mut self, i: u32) -> Item {
         self.free_items.push(i);
-        self.items[i as usize].take().expect("an item is taken once")
+        self.items[i as usize]
+            .take()
+            .expect("an item is taken once")
     }
 
     /// The memo keys of a finished container now hold what it became; the slot is free.
@@ -549,7 +590,10 @@ impl<'a> Builder<'a> {
     pub(crate) fn take(&mut self, v: Value, at: usize) -> Result<Owned> {
         let owned = match v {
             Value::Dict(slot) => {
-                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
+                let mut f = self.slots[slot as usize]
+                    .fields
+                    .take()
+                    .expect("a dict slot has fields");
                 let owned = self.classify(&mut f, at)?;
                 self.slots[slot as usize].fields = Some(f);
                 self.release(slot, &owned);
@@ -560,7 +604,12 @@ impl<'a> Builder<'a> {
                 let odd = s.odd.take();
                 let owned = match std::mem::replace(&mut s.list, ListKind::Empty) {
                     ListKind::Empty if s.count == 0 => Owned::V(Value::EmptyList),
-                    ListKind::Empty => Owned::Item(Item::Odd(odd.unwrap_or_else(|| Box::new(Odd { index: 0, found: "something else".into() })))),
+                    ListKind::Empty => Owned::Item(Item::Odd(odd.unwrap_or_else(|| {
+                        Box::new(Odd {
+                            index: 0,
+                            found: "something else".into(),
+                        })
+                    }))),
                     ListKind::Frames => {
                         let frames = std::mem::take(&mut self.slots[slot as usize].frames);
                         let id = self.stack(&frames, at);
@@ -575,7 +624,9 @@ impl<'a> Builder<'a> {
                         Owned::Item(Item::Blocks(run, odd))
                     }
                     ListKind::Segments(v) => Owned::Item(Item::Segments(v, odd)),
-                    ListKind::Events(fold) => Owned::Item(Item::Trace(Box::new(self.trace(*fold)), odd)),
+                    ListKind::Events(fold) => {
+                        Owned::Item(Item::Trace(Box::new(self.trace(*fold)), odd))
+                    }
                     ListKind::Traces(v) => Owned::Item(Item::Traces(v, odd)),
                 };
                 self.release(slot, &owned);
@@ -671,7 +722,14 @@ impl<'a> Builder<'a> {
                 None
             }
             (ListKind::Empty, Owned::Item(Item::Event(e))) => {
-                let mut fold = Box::new(Fold { len: 0, live: FxHashMap::default(), times: TimeIndex::default(), window, from: None, kept: Vec::new() });
+                let mut fold = Box::new(Fold {
+                    len: 0,
+                    live: FxHashMap::default(),
+                    times: TimeIndex::default(),
+                    window,
+                    from: None,
+                    kept: Vec::new(),
+                });
                 fold.push(e);
                 s.list = ListKind::Events(fold);
                 None
@@ -690,7 +748,10 @@ impl<'a> Builder<'a> {
             }
             // Frames that are not frame dicts are skipped, as the viewer does.
             (ListKind::Frames, _) => None,
-            (kind, Owned::V(Value::Opaque(Kind::Dict))) => Some(kind.expects().map_or("a dict".to_string(), |k| format!("a dict without `{k}`"))),
+            (kind, Owned::V(Value::Opaque(Kind::Dict))) => Some(
+                kind.expects()
+                    .map_or("a dict".to_string(), |k| format!("a dict without `{k}`")),
+            ),
             (_, Owned::V(v)) => Some(v.kind().to_string()),
             (_, Owned::Item(item)) => Some(item.describe()),
         };
@@ -701,7 +762,15 @@ impl<'a> Builder<'a> {
     }
 
     fn trace(&mut self, fold: Fold) -> Trace {
-        let mut survivors: Vec<Survivor> = fold.live.into_iter().map(|(_, (index, size, stack))| Survivor { index, size, stack: StackId(stack) }).collect();
+        let mut survivors: Vec<Survivor> = fold
+            .live
+            .into_iter()
+            .map(|(_, (index, size, stack))| Survivor {
+                index,
+                size,
+                stack: StackId(stack),
+            })
+            .collect();
         survivors.sort_unstable_by_key(|s| s.index);
         let window = fold
             .kept
@@ -717,7 +786,13 @@ impl<'a> Builder<'a> {
                 stack: StackId(e.stack),
             })
             .collect();
-        Trace { len: fold.len as usize, survivors, times: fold.times, window, window_from: fold.from.unwrap_or(fold.len) as usize }
+        Trace {
+            len: fold.len as usize,
+            survivors,
+            times: fold.times,
+            window,
+            window_from: fold.from.unwrap_or(fold.len) as usize,
+        }
     }
 
     /// Frees what the fields of an abandoned dict hold.
@@ -774,13 +849,31 @@ impl<'a> Builder<'a> {
 
     fn block(&mut self, f: &mut Fields, at: usize) -> Result<Owned> {
         let state = match f.get(K_STATE) {
-            Some(Value::Str(id)) => match id.checked_sub(FIRST_STATE).and_then(|i| STATES.get(i as usize)) {
+            Some(Value::Str(id)) => match id
+                .checked_sub(FIRST_STATE)
+                .and_then(|i| STATES.get(i as usize))
+            {
                 Some(&(_, state)) => state,
-                None => return Err(missing(format!("a block at byte {at} has an unknown state `{}`", self.texts[id as usize])).into()),
+                None => {
+                    return Err(missing(format!(
+                        "a block at byte {at} has an unknown state `{}`",
+                        self.texts[id as usize]
+                    ))
+                    .into())
+                }
             },
-            other => return Err(missing(format!("a block at byte {at} has a `state` that is {}, not a str", other.map_or("missing", |v| v.kind()))).into()),
+            other => {
+                return Err(missing(format!(
+                    "a block at byte {at} has a `state` that is {}, not a str",
+                    other.map_or("missing", |v| v.kind())
+                ))
+                .into())
+            }
         };
-        let size = f.get(K_SIZE).and_then(as_u64).ok_or_else(|| missing(format!("a block at byte {at} has no number `size`")))?;
+        let size = f
+            .get(K_SIZE)
+            .and_then(as_u64)
+            .ok_or_else(|| missing(format!("a block at byte {at} has no number `size`")))?;
         Ok(Owned::Item(Item::Block(Block {
             address: f.get(K_ADDRESS).and_then(as_u64).unwrap_or(NO_ADDRESS),
             size,
@@ -793,10 +886,18 @@ impl<'a> Builder<'a> {
     fn event(&mut self, f: &mut Fields, at: usize) -> Result<Owned> {
         let (action, text) = match f.get(K_ACTION) {
             Some(Value::Str(id)) => {
-                let known = id.checked_sub(FIRST_ACTION).and_then(|i| Action::KNOWN.get(i as usize));
+                let known = id
+                    .checked_sub(FIRST_ACTION)
+                    .and_then(|i| Action::KNOWN.get(i as usize));
                 (known.map_or(Action::Other, |a| a.1), id)
             }
-            other => return Err(missing(format!("a trace entry at byte {at} has an `action` that is {}, not a str", other.map_or("missing", |v| v.kind()))).into()),
+            other => {
+                return Err(missing(format!(
+                    "a trace entry at byte {at} has an `action` that is {}, not a str",
+                    other.map_or("missing", |v| v.kind())
+                ))
+                .into())
+            }
         };
         let addr = match f.get(K_ADDR) {
             Some(Value::Int(i)) => i as u64,
@@ -827,8 +928,15 @@ impl<'a> Builder<'a> {
             },
             other => return Err(missing(format!("the segment at byte {at} has `blocks` that is {}, not a list", other.map_or("missing", |v| v.kind()))).into()),
         };
-        let number = |k: u32, name: &str| f.get(k).and_then(as_u64).ok_or_else(|| missing(format!("the segment at byte {at} has no number `{name}`")));
-        let (address, total_size) = (number(K_ADDRESS, "address")?, number(K_TOTAL, "total_size")?);
+        let number = |k: u32, name: &str| {
+            f.get(k)
+                .and_then(as_u64)
+                .ok_or_else(|| missing(format!("the segment at byte {at} has no number `{name}`")))
+        };
+        let (address, total_size) = (
+            number(K_ADDRESS, "address")?,
+            number(K_TOTAL, "total_size")?,
+        );
         let text = match f.get(K_TYPE) {
             Some(Value::Str(id)) => id,
             _ => UNKNOWN,
@@ -858,21 +966,62 @@ impl<'a> Builder<'a> {
             Some(Value::EmptyList) => Vec::new(),
             Some(Value::Item(i)) => match self.take_item(i) {
                 Item::Segments(v, None) => v,
-                Item::Segments(_, Some(odd)) | Item::Odd(odd) => return Err(missing(format!("segments[{}] is {}, not a segment dict with `blocks`", odd.index, odd.found)).into()),
-                other => return Err(FormatError::NotASnapshot(format!("a dict whose `segments` is {}", other.describe())).into()),
+                Item::Segments(_, Some(odd)) | Item::Odd(odd) => {
+                    return Err(missing(format!(
+                        "segments[{}] is {}, not a segment dict with `blocks`",
+                        odd.index, odd.found
+                    ))
+                    .into())
+                }
+                other => {
+                    return Err(FormatError::NotASnapshot(format!(
+                        "a dict whose `segments` is {}",
+                        other.describe()
+                    ))
+                    .into())
+                }
             },
-            other => return Err(FormatError::NotASnapshot(format!("a dict whose `segments` is {}", other.map_or("missing", |v| v.kind()))).into()),
+            other => {
+                return Err(FormatError::NotASnapshot(format!(
+                    "a dict whose `segments` is {}",
+                    other.map_or("missing", |v| v.kind())
+                ))
+                .into())
+            }
         };
-        let traces = match f.take(K_TRACES) {
-            None | Some(Value::EmptyList) => Vec::new(),
-            Some(Value::Item(i)) => match self.take_item(i) {
-                Item::Traces(v, None) => v,
-                Item::Traces(_, Some(odd)) | Item::Odd(odd) => return Err(missing(format!("device_traces[{}] is {}, not a list of trace entries", odd.index, odd.found)).into()),
-                Item::Trace(..) => return Err(missing("device_traces is one list of trace entries, not a list of them per device".into()).into()),
-                other => return Err(missing(format!("device_traces is {}, not a list of traces", other.describe())).into()),
-            },
-            Some(v) => return Err(missing(format!("device_traces is {}, not a list of traces", v.kind())).into()),
-        };
+        let traces =
+            match f.take(K_TRACES) {
+                None | Some(Value::EmptyList) => Vec::new(),
+                Some(Value::Item(i)) => match self.take_item(i) {
+                    Item::Traces(v, None) => v,
+                    Item::Traces(_, Some(odd)) | Item::Odd(odd) => {
+                        return Err(missing(format!(
+                            "device_traces[{}] is {}, not a list of trace entries",
+                            odd.index, odd.found
+                        ))
+                        .into())
+                    }
+                    Item::Trace(..) => return Err(missing(
+                        "device_traces is one list of trace entries, not a list of them per device"
+                            .into(),
+                    )
+                    .into()),
+                    other => {
+                        return Err(missing(format!(
+                            "device_traces is {}, not a list of traces",
+                            other.describe()
+                        ))
+                        .into())
+                    }
+                },
+                Some(v) => {
+                    return Err(missing(format!(
+                        "device_traces is {}, not a list of traces",
+                        v.kind()
+                    ))
+                    .into())
+                }
+            };
         let _ = at;
         Ok(Owned::Item(Item::Root(segments, traces)))
     }
@@ -897,7 +1046,8 @@ impl<'a> Build<'a> for Builder<'a> {
         if let Some(&id) = self.text_ids.get(bytes) {
             return Ok(id);
         }
-        let text = std::str::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
         self.add_text(Cow::Borrowed(bytes), Cow::Borrowed(text), at)
     }
 
@@ -905,7 +1055,8 @@ impl<'a> Build<'a> for Builder<'a> {
         if let Some(&id) = self.text_ids.get(&bytes[..]) {
             return Ok(id);
         }
-        let text = String::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| malformed(at, "a string that is not UTF-8"))?;
         self.add_text(Cow::Owned(text.clone().into_bytes()), Cow::Owned(text), at)
     }
 
@@ -968,9 +1119,13 @@ impl<'a> Build<'a> for Builder<'a> {
     fn set_items(&mut self, target: Value, items: &[Value], at: usize) -> Result<Option<Owned>> {
         match target {
             Value::Dict(slot) => {
-                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
+                let mut f = self.slots[slot as usize]
+                    .fields
+                    .take()
+                    .expect("a dict slot has fields");
                 // Protocol 0 opens every dict empty (`(dp0`) and then sets it item by item.
-                let touched = std::mem::replace(&mut self.slots[slot as usize].touched, !items.is_empty());
+                let touched =
+                    std::mem::replace(&mut self.slots[slot as usize].touched, !items.is_empty());
                 self.fill(&mut f, items, at)?;
                 if !touched && !items.is_empty() {
                     let owned = self.classify(&mut f, at)?;
@@ -988,7 +1143,10 @@ impl<'a> Build<'a> for Builder<'a> {
                 }
                 Ok(None)
             }
-            other => Err(malformed(at, format!("SETITEMS on {}, not a dict{}", other.kind(), reused(other)))),
+            other => Err(malformed(
+                at,
+                format!("SETITEMS on {}, not a dict{}", other.kind(), reused(other)),
+            )),
         }
     }
 
@@ -996,7 +1154,10 @@ impl<'a> Build<'a> for Builder<'a> {
     fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize) -> Result<()> {
         match target {
             Value::Dict(slot) => {
-                let mut f = self.slots[slot as usize].fields.take().expect("a dict slot has fields");
+                let mut f = self.slots[slot as usize]
+                    .fields
+                    .take()
+                    .expect("a dict slot has fields");
                 self.slots[slot as usize].touched = true;
                 let r = self.set_field(&mut f, k, v, at);
                 self.slots[slot as usize].fields = Some(f);
@@ -1006,7 +1167,10 @@ impl<'a> Build<'a> for Builder<'a> {
                 self.discard(k, at)?;
                 self.discard(v, at)
             }
-            other => Err(malformed(at, format!("SETITEM on {}, not a dict{}", other.kind(), reused(other)))),
+            other => Err(malformed(
+                at,
+                format!("SETITEM on {}, not a dict{}", other.kind(), reused(other)),
+            )),
         }
     }
 
@@ -1018,10 +1182,19 @@ impl<'a> Build<'a> for Builder<'a> {
                 let s = &mut self.slots[slot as usize];
                 let mut rest = items;
                 if matches!(s.list, ListKind::Empty | ListKind::Frames) {
-                    let run = items.iter().take_while(|v| matches!(v, Value::DictId(_))).count();
+                    let run = items
+                        .iter()
+                        .take_while(|v| matches!(v, Value::DictId(_)))
+                        .count();
                     if run > 0 {
                         s.list = ListKind::Frames;
-                        s.frames.extend(items[..run].iter().map(|v| if let Value::DictId(f) = v { *f } else { 0 }));
+                        s.frames.extend(items[..run].iter().map(|v| {
+                            if let Value::DictId(f) = v {
+                                *f
+                            } else {
+                                0
+                            }
+                        }));
                         s.count += run;
                         rest = &items[run..];
                     }
@@ -1039,13 +1212,19 @@ impl<'a> Build<'a> for Builder<'a> {
                 }
                 Ok(())
             }
-            other => Err(malformed(at, format!("APPENDS to {}, not a list{}", other.kind(), reused(other)))),
+            other => Err(malformed(
+                at,
+                format!("APPENDS to {}, not a list{}", other.kind(), reused(other)),
+            )),
         }
     }
 
     /// Whether the list being filled in `slot` can take a run of frames.
     fn takes_dict_ids(&self, slot: u32) -> bool {
-        matches!(self.slots[slot as usize].list, ListKind::Empty | ListKind::Frames)
+        matches!(
+            self.slots[slot as usize].list,
+            ListKind::Empty | ListKind::Frames
+        )
     }
 
     /// A run of frames appended to the list in `slot` (which [`Build::takes_dict_ids`]).
@@ -1081,13 +1260,15 @@ impl<'a> Build<'a> for Builder<'a> {
     #[inline]
     fn place(r: &mut Reader<'a, Self>, pos: usize, owned: Owned) -> Result<()> {
         let v = match owned {
-            Owned::Item(item) if item.is_record() && pos + 1 == r.stack.len() => match r.list_below(pos) {
-                Some(slot) => {
-                    r.stack.pop();
-                    return r.b.append_owned(slot, Owned::Item(item));
+            Owned::Item(item) if item.is_record() && pos + 1 == r.stack.len() => {
+                match r.list_below(pos) {
+                    Some(slot) => {
+                        r.stack.pop();
+                        return r.b.append_owned(slot, Owned::Item(item));
+                    }
+                    None => Value::Item(r.b.store(item)),
                 }
-                None => Value::Item(r.b.store(item)),
-            },
+            }
             Owned::Item(item) => Value::Item(r.b.store(item)),
             Owned::V(v) => v,
         };
@@ -1105,13 +1286,23 @@ impl<'a> Build<'a> for Builder<'a> {
     fn stop(mut self, top: Value, at: usize) -> Result<Snapshot> {
         let (segments, traces) = match self.take(top, at)? {
             Owned::Item(Item::Root(segments, traces)) => (segments, traces),
-            Owned::Item(item) => return Err(FormatError::NotASnapshot(item.kind().name().into()).into()),
-            Owned::V(Value::Opaque(Kind::Dict) | Value::DictId(_)) => return Err(FormatError::NotASnapshot("a dict without a `segments` list".into()).into()),
+            Owned::Item(item) => {
+                return Err(FormatError::NotASnapshot(item.kind().name().into()).into())
+            }
+            Owned::V(Value::Opaque(Kind::Dict) | Value::DictId(_)) => {
+                return Err(
+                    FormatError::NotASnapshot("a dict without a `segments` list".into()).into(),
+                )
+            }
             Owned::V(v) => return Err(FormatError::NotASnapshot(v.kind().into()).into()),
         };
         let frames = std::mem::take(&mut self.frames)
             .into_iter()
-            .map(|(filename, line, name)| Frame { filename: self.arc(filename), line, name: self.arc(name) })
+            .map(|(filename, line, name)| Frame {
+                filename: self.arc(filename),
+                line,
+                name: self.arc(name),
+            })
             .collect();
         let mut stacks: Vec<Box<[u32]>> = vec![Box::from([]); self.stack_ids.len()];
         for (frames, id) in std::mem::take(&mut self.stack_ids) {
@@ -1121,14 +1312,23 @@ impl<'a> Build<'a> for Builder<'a> {
         let mut types = std::mem::take(&mut self.segment_types);
         types.sort_by_key(|&(_, index)| index);
         let segment_types = types.into_iter().map(|(text, _)| self.arc(text)).collect();
-        Ok(Snapshot { segments, traces, block_bytes, segment_types, frames, stacks })
+        Ok(Snapshot {
+            segments,
+            traces,
+            block_bytes,
+            segment_types,
+            frames,
+            stacks,
+        })
     }
 }
 
 /// A hint for an append or set on a list or dict that was already finished.
 fn reused(v: Value) -> &'static str {
     match v {
-        Value::EmptyList | Value::ListId(_) | Value::DictId(_) | Value::Item(_) => " (it was already complete: a container that holds itself?)",
+        Value::EmptyList | Value::ListId(_) | Value::DictId(_) | Value::Item(_) => {
+            " (it was already complete: a container that holds itself?)"
+        }
         _ => "",
     }
 }

@@ -20,16 +20,32 @@ pub struct Difference {
     pub after_bytes: u64,
 }
 
-pub fn diff(before: &Snapshot, after: &Snapshot, view: View, requests: Option<(u64, u64)>) -> Difference {
+pub fn diff(
+    before: &Snapshot,
+    after: &Snapshot,
+    view: View,
+    requests: Option<(u64, u64)>,
+) -> Difference {
     // The two snapshots intern their stacks apart: compare stacks by their frames' texts, each
     // distinct stack once.
-    fn live<'s>(snapshot: &'s Snapshot, canonical: &mut HashMap<Vec<(&'s str, i64, &'s str)>, u32>) -> (Vec<(u64, u64, u32)>, u64) {
+    fn live<'s>(
+        snapshot: &'s Snapshot,
+        canonical: &mut HashMap<Vec<(&'s str, i64, &'s str)>, u32>,
+    ) -> (Vec<(u64, u64, u32)>, u64) {
         let mut ids: FxHashMap<StackId, u32> = FxHashMap::default();
         let mut blocks = Vec::new();
         let mut bytes = 0;
-        for b in snapshot.segments.iter().flat_map(|s| snapshot.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated) {
+        for b in snapshot
+            .segments
+            .iter()
+            .flat_map(|s| snapshot.blocks(s))
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+        {
             let id = *ids.entry(b.stack).or_insert_with(|| {
-                let text = snapshot.stack(b.stack).map(|f| (&*f.filename, f.line, &*f.name)).collect();
+                let text = snapshot
+                    .stack(b.stack)
+                    .map(|f| (&*f.filename, f.line, &*f.name))
+                    .collect();
                 let next = canonical.len() as u32;
                 *canonical.entry(text).or_insert(next)
             });
@@ -54,9 +70,17 @@ pub fn diff(before: &Snapshot, after: &Snapshot, view: View, requests: Option<(u
     Difference {
         bytes,
         blocks: added.len() as u64,
-        bytes_per_request: requests.filter(|(a, b)| b > a).map(|(a, b)| bytes as f64 / (b - a) as f64),
+        bytes_per_request: requests
+            .filter(|(a, b)| b > a)
+            .map(|(a, b)| bytes as f64 / (b - a) as f64),
         holders: group(after, added, view),
         before_bytes,
-        after_bytes: after.segments.iter().flat_map(|s| after.blocks(s)).filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum(),
+        after_bytes: after
+            .segments
+            .iter()
+            .flat_map(|s| after.blocks(s))
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum(),
     }
 }

@@ -13,18 +13,51 @@ pub fn is_internal(frame: &Frame) -> bool {
     // Rust and C++ native stacks (leaklab's own snapshots, `stacks="all"`) add crates from the
     // cargo registry, the standard library's sources, glibc's, and objects without line tables.
     const FILES: [&str; 21] = [
-        "/torch/", "site-packages/", "dist-packages/", "<frozen ", "/lib/python3", "/usr/lib/", "core/boxing", "/Register", "/Redispatch",
-        "pythonrun.c", "ceval.c", "Objects/", "Modules/", "/aten/", "/c10/", "/rustc/", "/.cargo/registry/", "/.cargo/git/", "/rustlib/",
-        "nptl/", "sysdeps/",
+        "/torch/",
+        "site-packages/",
+        "dist-packages/",
+        "<frozen ",
+        "/lib/python3",
+        "/usr/lib/",
+        "core/boxing",
+        "/Register",
+        "/Redispatch",
+        "pythonrun.c",
+        "ceval.c",
+        "Objects/",
+        "Modules/",
+        "/aten/",
+        "/c10/",
+        "/rustc/",
+        "/.cargo/registry/",
+        "/.cargo/git/",
+        "/rustlib/",
+        "nptl/",
+        "sysdeps/",
     ];
-    const NAMES: [&str; 8] = ["unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start", "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_"];
+    const NAMES: [&str; 8] = [
+        "unwind::unwind",
+        "CapturedTraceback::gather",
+        "gather_with_cpp",
+        "_start",
+        "__libc_start_main",
+        "PyEval_",
+        "PyObject_",
+        "PyFunction_",
+    ];
     let file = &*frame.filename;
     // Profile-converted snapshots name C functions and modules without a file.
-    let unplaced = file == "none" && (frame.name.starts_with("<built-in") || frame.name.starts_with("nn.Module:") || frame.name.starts_with("aten::"));
+    let unplaced = file == "none"
+        && (frame.name.starts_with("<built-in")
+            || frame.name.starts_with("nn.Module:")
+            || frame.name.starts_with("aten::"));
     // A native frame without line tables is placed in its object file (an executable or a
     // shared library, never a source file): library code the user did not write.
-    const SOURCES: [&str; 9] = [".rs", ".py", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu"];
-    let object = frame.line == 0 && file.starts_with('/') && !SOURCES.iter().any(|ext| file.ends_with(ext));
+    const SOURCES: [&str; 9] = [
+        ".rs", ".py", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu",
+    ];
+    let object =
+        frame.line == 0 && file.starts_with('/') && !SOURCES.iter().any(|ext| file.ends_with(ext));
     file.is_empty()
         || file == "??"
         || object
@@ -50,7 +83,11 @@ impl View {
         if self.all_frames {
             return all.to_vec();
         }
-        let user: Vec<u32> = all.iter().copied().filter(|&f| !is_internal(snapshot.frame(f))).collect();
+        let user: Vec<u32> = all
+            .iter()
+            .copied()
+            .filter(|&f| !is_internal(snapshot.frame(f)))
+            .collect();
         if user.is_empty() {
             all.to_vec()
         } else {
@@ -75,7 +112,11 @@ pub fn site(frame: &Frame) -> String {
 }
 
 /// Groups `(stack, bytes)` pairs of `snapshot` by their frames in `view`, largest first.
-pub fn group(snapshot: &Snapshot, items: impl IntoIterator<Item = (StackId, u64)>, view: View) -> Vec<Holder> {
+pub fn group(
+    snapshot: &Snapshot,
+    items: impl IntoIterator<Item = (StackId, u64)>,
+    view: View,
+) -> Vec<Holder> {
     let mut by_stack: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
     for (stack, bytes) in items {
         let e = by_stack.entry(stack).or_default();
@@ -86,7 +127,11 @@ pub fn group(snapshot: &Snapshot, items: impl IntoIterator<Item = (StackId, u64)
 }
 
 /// Holders from bytes and blocks per stack.
-fn holders(snapshot: &Snapshot, by_stack: FxHashMap<StackId, (u64, u64)>, view: View) -> Vec<Holder> {
+fn holders(
+    snapshot: &Snapshot,
+    by_stack: FxHashMap<StackId, (u64, u64)>,
+    view: View,
+) -> Vec<Holder> {
     // Interned stacks that differ only in filtered-out frames fold together here.
     let mut merged: HashMap<Vec<u32>, (u64, u64)> = HashMap::new();
     for (stack, (bytes, blocks)) in by_stack {
@@ -97,10 +142,16 @@ fn holders(snapshot: &Snapshot, by_stack: FxHashMap<StackId, (u64, u64)>, view: 
     let mut holders: Vec<Holder> = merged
         .into_iter()
         .map(|(frames, (bytes, blocks))| Holder {
-            site: frames.first().map_or("<no stack recorded>".into(), |&f| site(snapshot.frame(f))),
+            site: frames
+                .first()
+                .map_or("<no stack recorded>".into(), |&f| site(snapshot.frame(f))),
             bytes,
             blocks,
-            stack: frames.iter().skip(1).map(|&f| site(snapshot.frame(f))).collect(),
+            stack: frames
+                .iter()
+                .skip(1)
+                .map(|&f| site(snapshot.frame(f)))
+                .collect(),
         })
         .collect();
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
@@ -177,9 +228,23 @@ pub fn explain(snapshot: &Snapshot, view: View, since: Option<Since>) -> Explana
         }
         let unallocated = seg.total_size.saturating_sub(seg_alloc);
         let order = |u: &SegmentUse| (std::cmp::Reverse(u.unallocated), u.address);
-        if unallocated > 0 && (fragmented.len() < 10 || (std::cmp::Reverse(unallocated), seg.address) < order(&fragmented[9])) {
-            let at = fragmented.partition_point(|u| order(u) <= (std::cmp::Reverse(unallocated), seg.address));
-            fragmented.insert(at, SegmentUse { address: seg.address, segment_type: snapshot.segment_type(seg).to_string(), reserved: seg.total_size, allocated: seg_alloc, unallocated, largest_free_block: largest_free });
+        if unallocated > 0
+            && (fragmented.len() < 10
+                || (std::cmp::Reverse(unallocated), seg.address) < order(&fragmented[9]))
+        {
+            let at = fragmented
+                .partition_point(|u| order(u) <= (std::cmp::Reverse(unallocated), seg.address));
+            fragmented.insert(
+                at,
+                SegmentUse {
+                    address: seg.address,
+                    segment_type: snapshot.segment_type(seg).to_string(),
+                    reserved: seg.total_size,
+                    allocated: seg_alloc,
+                    unallocated,
+                    largest_free_block: largest_free,
+                },
+            );
             fragmented.truncate(10);
         }
     }
@@ -200,7 +265,15 @@ pub fn explain(snapshot: &Snapshot, view: View, since: Option<Since>) -> Explana
         allocated_bytes: allocated,
         pending_free_bytes: pending,
         unallocated_bytes: reserved.saturating_sub(allocated + pending),
-        holders: holders(snapshot, live.into_iter().enumerate().filter(|(_, (_, n))| *n > 0).map(|(id, e)| (StackId(id as u32), e)).collect(), view),
+        holders: holders(
+            snapshot,
+            live.into_iter()
+                .enumerate()
+                .filter(|(_, (_, n))| *n > 0)
+                .map(|(id, e)| (StackId(id as u32), e))
+                .collect(),
+            view,
+        ),
         fragmented_segments: fragmented,
         since,
         trace_events: trace.map_or(0, Trace::len),
@@ -219,7 +292,10 @@ pub fn position(trace: &Trace, point: Since) -> usize {
         Since::Event(i) => i.min(trace.len()),
         Since::Seconds(s) => {
             let cut = cut(trace.times.first_time().unwrap_or(0), s);
-            trace.times.first_at_or_after(cut).map_or(trace.len(), |i| i as usize)
+            trace
+                .times
+                .first_at_or_after(cut)
+                .map_or(trace.len(), |i| i as usize)
         }
     }
 }

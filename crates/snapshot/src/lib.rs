@@ -45,9 +45,15 @@ pub enum Error {
     #[error("cannot write {path}: {error} (nothing was written there)")]
     Write { path: String, error: std::io::Error },
     #[error("{path}: {error}")]
-    Pickle { path: String, error: pickle::PickleError },
+    Pickle {
+        path: String,
+        error: pickle::PickleError,
+    },
     #[error("{path}: {error}")]
-    Format { path: String, error: model::FormatError },
+    Format {
+        path: String,
+        error: model::FormatError,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -60,10 +66,16 @@ pub fn load(path: &Path) -> Result<Snapshot> {
 /// Reads the snapshot at `path` with `options`.
 pub fn load_with(path: &Path, options: &ReadOptions) -> Result<Snapshot> {
     let shown = path.display().to_string();
-    let io = |error| Error::Io { path: shown.clone(), error };
+    let io = |error| Error::Io {
+        path: shown.clone(),
+        error,
+    };
     let file = std::fs::File::open(path).map_err(io)?;
     if file.metadata().map_err(io)?.len() == 0 {
-        return Err(Error::Pickle { path: shown, error: pickle::PickleError::Truncated(0, 0) });
+        return Err(Error::Pickle {
+            path: shown,
+            error: pickle::PickleError::Truncated(0, 0),
+        });
     }
     // SAFETY: the map is read-only and lives only while the snapshot is decoded; a file that
     // another process truncates meanwhile would fault, which the tools that write snapshots
@@ -86,7 +98,13 @@ pub fn from_bytes_with(bytes: &[u8], options: &ReadOptions) -> Result<Snapshot> 
 
 fn read(bytes: &[u8], path: &str, options: &ReadOptions) -> Result<Snapshot> {
     build::read(bytes, options).map_err(|e| match e {
-        build::ReadError::Pickle(error) => Error::Pickle { path: path.into(), error },
-        build::ReadError::Format(error) => Error::Format { path: path.into(), error },
+        build::ReadError::Pickle(error) => Error::Pickle {
+            path: path.into(),
+            error,
+        },
+        build::ReadError::Format(error) => Error::Format {
+            path: path.into(),
+            error,
+        },
     })
 }

@@ -128,12 +128,17 @@ impl BlockRun {
         put_varint(bytes, if units { b.size / 512 } else { b.size });
         put_varint(bytes, zigzag(b.size.wrapping_sub(b.requested_size) as i64));
         if written {
-            put_varint(bytes, zigzag(b.address.wrapping_sub(self.prev_end.unwrap_or(0)) as i64));
+            put_varint(
+                bytes,
+                zigzag(b.address.wrapping_sub(self.prev_end.unwrap_or(0)) as i64),
+            );
         }
         put_varint(bytes, b.stack.0 as u64);
         self.prev_end = match (written, self.prev_end) {
             (true, _) => Some(b.address.wrapping_add(b.size)),
-            (false, Some(p)) if b.address == NO_ADDRESS || b.address == p => Some(p.wrapping_add(b.size)),
+            (false, Some(p)) if b.address == NO_ADDRESS || b.address == p => {
+                Some(p.wrapping_add(b.size))
+            }
             _ => None,
         };
         self.end = bytes.len();
@@ -163,18 +168,39 @@ impl Iterator for Blocks<'_> {
         let flags = *self.bytes.get(self.at)?;
         self.at += 1;
         let code = get_varint(self.bytes, &mut self.at);
-        let size = if flags & 8 != 0 { code.wrapping_mul(512) } else { code };
-        let requested_size = size.wrapping_sub(unzigzag(get_varint(self.bytes, &mut self.at)) as u64);
+        let size = if flags & 8 != 0 {
+            code.wrapping_mul(512)
+        } else {
+            code
+        };
+        let requested_size =
+            size.wrapping_sub(unzigzag(get_varint(self.bytes, &mut self.at)) as u64);
         let written = flags & 4 != 0;
-        let address = if written { self.known.unwrap_or(0).wrapping_add(unzigzag(get_varint(self.bytes, &mut self.at)) as u64) } else { self.next };
+        let address = if written {
+            self.known
+                .unwrap_or(0)
+                .wrapping_add(unzigzag(get_varint(self.bytes, &mut self.at)) as u64)
+        } else {
+            self.next
+        };
         let stack = StackId(get_varint(self.bytes, &mut self.at) as u32);
-        let state = [BlockState::ActiveAllocated, BlockState::ActivePendingFree, BlockState::Inactive][(flags & 3).min(2) as usize];
+        let state = [
+            BlockState::ActiveAllocated,
+            BlockState::ActivePendingFree,
+            BlockState::Inactive,
+        ][(flags & 3).min(2) as usize];
         self.next = address.wrapping_add(size);
         self.known = match (written, self.known) {
             (true, _) | (false, Some(_)) => Some(self.next),
             (false, None) => None,
         };
-        Some(Block { address, size, requested_size, stack, state })
+        Some(Block {
+            address,
+            size,
+            requested_size,
+            stack,
+            state,
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -360,7 +386,9 @@ impl std::str::FromStr for Since {
     type Err = String;
     fn from_str(s: &str) -> Result<Since, String> {
         if let Some(t) = s.strip_suffix('s') {
-            return t.parse().map(Since::Seconds).map_err(|_| format!("`{s}`: a time is seconds after the first event, e.g. 12.5s"));
+            return t.parse().map(Since::Seconds).map_err(|_| {
+                format!("`{s}`: a time is seconds after the first event, e.g. 12.5s")
+            });
         }
         s.parse().map(Since::Event).map_err(|_| format!("`{s}`: give an event index (e.g. 1200) or seconds after the first event (e.g. 12.5s)"))
     }
@@ -387,7 +415,14 @@ pub struct Snapshot {
 
 impl Default for Snapshot {
     fn default() -> Snapshot {
-        Snapshot { segments: Vec::new(), traces: Vec::new(), block_bytes: Vec::new(), segment_types: Vec::new(), frames: Vec::new(), stacks: vec![Box::from([])] }
+        Snapshot {
+            segments: Vec::new(),
+            traces: Vec::new(),
+            block_bytes: Vec::new(),
+            segment_types: Vec::new(),
+            frames: Vec::new(),
+            stacks: vec![Box::from([])],
+        }
     }
 }
 
@@ -395,17 +430,27 @@ impl Snapshot {
     /// The blocks of `segment` (one of this snapshot's), in address order.
     pub fn blocks(&self, segment: &Segment) -> Blocks<'_> {
         let bytes = self.block_bytes.get(segment.blocks_at..).unwrap_or(&[]);
-        Blocks { bytes, at: 0, left: segment.block_count, next: segment.address, known: None }
+        Blocks {
+            bytes,
+            at: 0,
+            left: segment.block_count,
+            next: segment.address,
+            known: None,
+        }
     }
 
     /// The type of `segment` (one of this snapshot's): `large`, `small`, or `?` if it had none.
     pub fn segment_type(&self, segment: &Segment) -> &str {
-        self.segment_types.get(segment.segment_type as usize).map_or("?", |t| t)
+        self.segment_types
+            .get(segment.segment_type as usize)
+            .map_or("?", |t| t)
     }
 
     /// The frames of `stack`, innermost first.
     pub fn stack(&self, stack: StackId) -> impl ExactSizeIterator<Item = &Frame> + Clone + '_ {
-        self.stack_frames(stack).iter().map(|&f| &self.frames[f as usize])
+        self.stack_frames(stack)
+            .iter()
+            .map(|&f| &self.frames[f as usize])
     }
 
     /// The frames of `stack` as indexes into the frame table: equal frames have equal indexes.
@@ -437,14 +482,30 @@ mod tests {
 
     #[test]
     fn blocks_decode_as_encoded_whatever_their_addresses() {
-        let b = |address, size, requested_size, state| Block { address, size, requested_size, stack: StackId(7), state };
+        let b = |address, size, requested_size, state| Block {
+            address,
+            size,
+            requested_size,
+            stack: StackId(7),
+            state,
+        };
         let cases = [
             // Contiguous from the segment's address, as PyTorch writes them.
-            vec![b(4096, 1 << 20, (1 << 20) - 3, BlockState::ActiveAllocated), b(4096 + (1 << 20), 512, 0, BlockState::Inactive)],
+            vec![
+                b(4096, 1 << 20, (1 << 20) - 3, BlockState::ActiveAllocated),
+                b(4096 + (1 << 20), 512, 0, BlockState::Inactive),
+            ],
             // No addresses (a profile's): the segment's, then each previous end.
-            vec![b(NO_ADDRESS, 100, 100, BlockState::ActiveAllocated), b(NO_ADDRESS, 3, 3, BlockState::ActivePendingFree)],
+            vec![
+                b(NO_ADDRESS, 100, 100, BlockState::ActiveAllocated),
+                b(NO_ADDRESS, 3, 3, BlockState::ActivePendingFree),
+            ],
             // Gaps, addresses going down, extreme sizes, a requested size above the size.
-            vec![b(NO_ADDRESS, 10, 12, BlockState::Inactive), b(1 << 40, u64::MAX, 0, BlockState::ActiveAllocated), b(5, 1, u64::MAX, BlockState::Inactive)],
+            vec![
+                b(NO_ADDRESS, 10, 12, BlockState::Inactive),
+                b(1 << 40, u64::MAX, 0, BlockState::ActiveAllocated),
+                b(5, 1, u64::MAX, BlockState::Inactive),
+            ],
         ];
         for blocks in cases {
             let mut bytes = vec![1, 2, 3];
@@ -452,8 +513,19 @@ mod tests {
             for x in &blocks {
                 run.push(&mut bytes, x);
             }
-            let segment = Segment { device: 0, address: 4096, total_size: 0, stream: 0, segment_type: 0, blocks_at: run.start, block_count: run.count };
-            let snapshot = Snapshot { block_bytes: bytes, ..Snapshot::default() };
+            let segment = Segment {
+                device: 0,
+                address: 4096,
+                total_size: 0,
+                stream: 0,
+                segment_type: 0,
+                blocks_at: run.start,
+                block_count: run.count,
+            };
+            let snapshot = Snapshot {
+                block_bytes: bytes,
+                ..Snapshot::default()
+            };
             let mut expected = blocks.clone();
             let mut next = segment.address;
             for x in &mut expected {

@@ -63,9 +63,15 @@ pub(crate) trait Build<'a>: Sized {
     /// `key` is a memo key that holds the container in `slot`.
     fn remember(&mut self, slot: u32, key: u32);
     /// `SETITEMS` or `DICT` on `target`: `Some` when the batch finished the dict.
-    fn set_items(&mut self, target: Value, items: &[Value], at: usize) -> Result<Option<Self::Done>, Self::Error>;
+    fn set_items(
+        &mut self,
+        target: Value,
+        items: &[Value],
+        at: usize,
+    ) -> Result<Option<Self::Done>, Self::Error>;
     /// `SETITEM` on `target`.
-    fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize) -> Result<(), Self::Error>;
+    fn set_item(&mut self, target: Value, k: Value, v: Value, at: usize)
+        -> Result<(), Self::Error>;
     /// `APPEND`, `APPENDS`, `LIST` or `ADDITEMS` on `target`.
     fn append(&mut self, target: Value, items: &[Value], at: usize) -> Result<(), Self::Error>;
     /// Whether the list in `slot` takes a run of interned dicts ([`Value::DictId`]) at once.
@@ -105,7 +111,14 @@ pub(crate) enum Kind {
 
 impl Kind {
     pub(crate) fn from_u32(v: u32) -> Kind {
-        [Kind::Bytes, Kind::Tuple, Kind::List, Kind::Dict, Kind::Set, Kind::Object][(v as usize).min(5)]
+        [
+            Kind::Bytes,
+            Kind::Tuple,
+            Kind::List,
+            Kind::Dict,
+            Kind::Set,
+            Kind::Object,
+        ][(v as usize).min(5)]
     }
 
     pub(crate) fn name(self) -> &'static str {
@@ -259,7 +272,13 @@ impl Memo {
     /// The entry for a finished value.
     #[inline]
     pub(crate) fn entry(&mut self, v: Value) -> std::result::Result<u32, String> {
-        let id = |tag: u32, id: u32| if id <= PAYLOAD { Ok(tag | id) } else { Err("more than 500 million distinct values in the memo".to_string()) };
+        let id = |tag: u32, id: u32| {
+            if id <= PAYLOAD {
+                Ok(tag | id)
+            } else {
+                Err("more than 500 million distinct values in the memo".to_string())
+            }
+        };
         match v {
             Value::Str(s) => id(T_STR, s),
             Value::DictId(f) => id(T_DICT_ID, f),
@@ -268,7 +287,12 @@ impl Memo {
             Value::Dict(slot) | Value::List(slot) => id(T_OPEN, slot),
             Value::Item(_) => Ok(T_OPAQUE | Kind::Dict as u32),
             Value::Opaque(k) => Ok(T_OPAQUE | k as u32),
-            Value::None | Value::Bool(_) | Value::Int(_) | Value::UInt(_) | Value::Huge | Value::Float(_) => {
+            Value::None
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::UInt(_)
+            | Value::Huge
+            | Value::Float(_) => {
                 self.scalars.push(v);
                 id(T_SCALAR, self.scalars.len() as u32 - 1)
             }
@@ -278,20 +302,38 @@ impl Memo {
 
 /// Runs a whole pickle through the machine into `b`. `plain`: no shortcuts, every opcode
 /// through the general steps (slower, the same result; tests compare the two).
-pub(crate) fn run<'a, B: Build<'a>>(data: &'a [u8], b: B, plain: bool) -> Result<B::Output, B::Error> {
+pub(crate) fn run<'a, B: Build<'a>>(
+    data: &'a [u8],
+    b: B,
+    plain: bool,
+) -> Result<B::Output, B::Error> {
     match data.first() {
         None => return Err(PickleError::Truncated(0, 0).into()),
-        Some(&b) if !(b == 0x80 || b == 0x95 || b"(}])NKJILFGMcVSXUT\x8c\x88\x89".contains(&b)) => return Err(PickleError::NotPickle(b).into()),
+        Some(&b) if !(b == 0x80 || b == 0x95 || b"(}])NKJILFGMcVSXUT\x8c\x88\x89".contains(&b)) => {
+            return Err(PickleError::NotPickle(b).into())
+        }
         _ => {}
     }
-    let mut r = Reader { data, pos: 0, stack: Vec::with_capacity(1024), marks: Vec::new(), b, run: Vec::new(), plain };
+    let mut r = Reader {
+        data,
+        pos: 0,
+        stack: Vec::with_capacity(1024),
+        marks: Vec::new(),
+        b,
+        run: Vec::new(),
+        plain,
+    };
     loop {
         let at = r.pos;
         let op = r.u8()?;
         // The opcodes that make most of a snapshot's bytes are handled here, the rest in `step`.
         match op {
             b'h' | b'j' => {
-                let key = if op == b'h' { r.u8()? as u32 } else { u32::from_le_bytes(r.le()?) };
+                let key = if op == b'h' {
+                    r.u8()? as u32
+                } else {
+                    u32::from_le_bytes(r.le()?)
+                };
                 let e = r.b.memo().get(key);
                 match e & TAG {
                     T_DICT_ID => r.push(Value::DictId(e & PAYLOAD), at)?,
@@ -332,14 +374,21 @@ pub(crate) struct Reader<'a, B> {
 }
 
 pub(crate) fn malformed(at: usize, what: impl Into<String>) -> PickleError {
-    PickleError::Malformed { at, what: what.into() }
+    PickleError::Malformed {
+        at,
+        what: what.into(),
+    }
 }
 
 impl<'a, B: Build<'a>> Reader<'a, B> {
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let data = self.data;
-        let end = self.pos.checked_add(n).filter(|&e| e <= data.len()).ok_or(PickleError::Truncated(self.pos, data.len()))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= data.len())
+            .ok_or(PickleError::Truncated(self.pos, data.len()))?;
         let s = &data[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -347,7 +396,10 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
 
     #[inline]
     fn u8(&mut self) -> Result<u8> {
-        let b = *self.data.get(self.pos).ok_or(PickleError::Truncated(self.pos, self.data.len()))?;
+        let b = *self
+            .data
+            .get(self.pos)
+            .ok_or(PickleError::Truncated(self.pos, self.data.len()))?;
         self.pos += 1;
         Ok(b)
     }
@@ -366,7 +418,10 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
     fn line(&mut self) -> Result<&'a [u8]> {
         let data = self.data;
         let rest = &data[self.pos..];
-        let n = rest.iter().position(|&b| b == b'\n').ok_or(PickleError::Truncated(data.len(), data.len()))?;
+        let n = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or(PickleError::Truncated(data.len(), data.len()))?;
         self.pos += n + 1;
         Ok(&rest[..n])
     }
@@ -393,7 +448,9 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
         if self.marks.last().is_some_and(|&m| m >= self.stack.len()) {
             return Err(malformed(at, "pop below a mark"));
         }
-        self.stack.pop().ok_or_else(|| malformed(at, "pop from an empty stack"))
+        self.stack
+            .pop()
+            .ok_or_else(|| malformed(at, "pop from an empty stack"))
     }
 
     /// `MARK`. When it opens a batch of a list and the batch is memo references to interned
@@ -459,7 +516,9 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
     /// The last mark's position: the items above it are the batch of the opcode that pops
     /// it, which reads them in place and then truncates the stack to it.
     fn pop_mark(&mut self, at: usize) -> Result<usize> {
-        self.marks.pop().ok_or_else(|| malformed(at, "no mark to pop to"))
+        self.marks
+            .pop()
+            .ok_or_else(|| malformed(at, "no mark to pop to"))
     }
 
     /// Pops to the last mark, dropping the items.
@@ -520,7 +579,13 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
                 let open = match self.b.is_dict(slot) {
                     Some(true) => Value::Dict(slot),
                     Some(false) => Value::List(slot),
-                    None => return Err(malformed(at, format!("memo key {key} refers to a container still being read")).into()),
+                    None => {
+                        return Err(malformed(
+                            at,
+                            format!("memo key {key} refers to a container still being read"),
+                        )
+                        .into())
+                    }
                 };
                 self.freeze(open, at)?
             }
@@ -551,14 +616,23 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
 
     fn int_line(&mut self, at: usize) -> Result<Value> {
         let line = self.line()?;
-        let text = std::str::from_utf8(line).unwrap_or("").trim().trim_end_matches('L');
+        let text = std::str::from_utf8(line)
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches('L');
         Ok(match text {
             "00" => Value::Bool(false),
             "01" => Value::Bool(true),
             t => match (t.parse::<i64>(), t.parse::<u64>()) {
                 (Ok(i), _) => Value::Int(i),
                 (_, Ok(u)) => Value::UInt(u),
-                _ if !t.is_empty() && t.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) => Value::Huge,
+                _ if !t.is_empty()
+                    && t.trim_start_matches('-')
+                        .bytes()
+                        .all(|b| b.is_ascii_digit()) =>
+                {
+                    Value::Huge
+                }
                 _ => return Err(malformed(at, format!("an integer written `{t}`"))),
             },
         })
@@ -566,7 +640,10 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
 
     fn key_line(&mut self, at: usize) -> Result<u32> {
         let line = self.line()?;
-        std::str::from_utf8(line).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| malformed(at, "a memo key that is not a number"))
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| malformed(at, "a memo key that is not a number"))
     }
 
     fn step(&mut self, op: u8, at: usize) -> Result<(), B::Error> {
@@ -605,7 +682,10 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
             }
             b'u' => {
                 let mark = self.pop_mark(at)?;
-                let target = mark.checked_sub(1).map(|p| self.stack[p]).ok_or_else(|| malformed(at, "SETITEMS with no dict under its mark"))?;
+                let target = mark
+                    .checked_sub(1)
+                    .map(|p| self.stack[p])
+                    .ok_or_else(|| malformed(at, "SETITEMS with no dict under its mark"))?;
                 let done = self.b.set_items(target, &self.stack[mark..], at);
                 self.stack.truncate(mark);
                 if let Some(owned) = done? {
@@ -628,7 +708,10 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
             }
             b'e' | 0x90 => {
                 let mark = self.pop_mark(at)?;
-                let target = mark.checked_sub(1).map(|p| self.stack[p]).ok_or_else(|| malformed(at, "APPENDS with no list under its mark"))?;
+                let target = mark
+                    .checked_sub(1)
+                    .map(|p| self.stack[p])
+                    .ok_or_else(|| malformed(at, "APPENDS with no list under its mark"))?;
                 let done = self.b.append(target, &self.stack[mark..], at);
                 self.stack.truncate(mark);
                 done?;
@@ -671,7 +754,11 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
                 self.push(Value::Int(v as i64), at)?;
             }
             0x8a | 0x8b => {
-                let n = if op == 0x8a { self.u8()? as usize } else { u32::from_le_bytes(self.le()?) as usize };
+                let n = if op == 0x8a {
+                    self.u8()? as usize
+                } else {
+                    u32::from_le_bytes(self.le()?) as usize
+                };
                 let bytes = self.take(n)?;
                 self.push(long(bytes), at)?;
             }
@@ -686,7 +773,9 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
             b'F' => {
                 let line = self.line()?;
                 let text = std::str::from_utf8(line).unwrap_or("").trim();
-                let v = text.parse().map_err(|_| malformed(at, format!("a float written `{text}`")))?;
+                let v = text
+                    .parse()
+                    .map_err(|_| malformed(at, format!("a float written `{text}`")))?;
                 self.push(Value::Float(v), at)?;
             }
 
@@ -695,7 +784,8 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
                 let n = match op {
                     0x8c | b'U' => self.u8()? as usize,
                     b'X' => u32::from_le_bytes(self.le()?) as usize,
-                    b'T' => usize::try_from(i32::from_le_bytes(self.le()?)).map_err(|_| malformed(at, "a string of negative length"))?,
+                    b'T' => usize::try_from(i32::from_le_bytes(self.le()?))
+                        .map_err(|_| malformed(at, "a string of negative length"))?,
                     _ => self.len64()?,
                 };
                 let bytes = self.take(n)?;
@@ -712,7 +802,11 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
             }
             b'S' => {
                 let line = self.line()?;
-                let text = line.strip_prefix(b"'").and_then(|l| l.strip_suffix(b"'")).or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\""))).unwrap_or(line);
+                let text = line
+                    .strip_prefix(b"'")
+                    .and_then(|l| l.strip_suffix(b"'"))
+                    .or_else(|| line.strip_prefix(b"\"").and_then(|l| l.strip_suffix(b"\"")))
+                    .unwrap_or(line);
                 let id = self.b.intern(text, at)?;
                 self.push(Value::Str(id), at)?;
             }
@@ -819,7 +913,9 @@ impl<'a, B: Build<'a>> Reader<'a, B> {
             b'1' => self.drop_to_mark(at)?,
             b'2' => {
                 let v = match self.top(at)? {
-                    open @ (Value::Dict(_) | Value::List(_) | Value::Item(_)) => self.freeze(open, at)?,
+                    open @ (Value::Dict(_) | Value::List(_) | Value::Item(_)) => {
+                        self.freeze(open, at)?
+                    }
                     v => v,
                 };
                 self.push(v, at)?;
@@ -863,7 +959,11 @@ fn long_wide(bytes: &[u8]) -> Value {
     let mut bytes = bytes;
     while bytes.len() > 8 {
         let (last, rest) = bytes.split_last().expect("longer than 8");
-        let sign_of_rest = if rest.last().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0x00 };
+        let sign_of_rest = if rest.last().is_some_and(|b| b & 0x80 != 0) {
+            0xff
+        } else {
+            0x00
+        };
         if *last != sign_of_rest {
             break;
         }
@@ -877,7 +977,9 @@ fn long_wide(bytes: &[u8]) -> Value {
             Value::Int(i64::from_le_bytes(buf))
         }
         // 2^63 to 2^64 - 1: eight bytes of magnitude and a zero sign byte.
-        9 if bytes[8] == 0 => Value::UInt(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))),
+        9 if bytes[8] == 0 => {
+            Value::UInt(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+        }
         _ => Value::Huge,
     }
 }
@@ -899,10 +1001,18 @@ fn raw_unicode_escape(line: &[u8]) -> Option<Result<String>> {
             _ => 0,
         };
         if digits > 0 {
-            let hex = line.get(i + 2..i + 2 + digits).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u32::from_str_radix(h, 16).ok());
+            let hex = line
+                .get(i + 2..i + 2 + digits)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u32::from_str_radix(h, 16).ok());
             match hex.and_then(char::from_u32) {
                 Some(c) => out.push(c),
-                None => return Some(Err(malformed(0, "a protocol 0 string with a bad \\u escape"))),
+                None => {
+                    return Some(Err(malformed(
+                        0,
+                        "a protocol 0 string with a bad \\u escape",
+                    )))
+                }
             }
             i += 2 + digits;
         } else {
@@ -922,19 +1032,57 @@ mod tests {
         assert_eq!(long(&[0xff]), Value::Int(-1));
         assert_eq!(long(&[0x00, 0x01]), Value::Int(256));
         assert_eq!(long(&[]), Value::Int(0));
-        assert_eq!(long(&[0; 9]), Value::Int(0), "sign padding is not a wide int");
-        assert_eq!(long(&[64, 55, 82, 40, 85, 86, 0, 0, 0]), Value::Int(94_923_748_685_632), "serde-pickle's u64");
-        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Value::UInt(1 << 63), "2^63 is a u64");
-        assert_eq!(long(&[0xff; 8].iter().copied().chain([0]).collect::<Vec<_>>()), Value::UInt(u64::MAX));
+        assert_eq!(
+            long(&[0; 9]),
+            Value::Int(0),
+            "sign padding is not a wide int"
+        );
+        assert_eq!(
+            long(&[64, 55, 82, 40, 85, 86, 0, 0, 0]),
+            Value::Int(94_923_748_685_632),
+            "serde-pickle's u64"
+        );
+        assert_eq!(
+            long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]),
+            Value::UInt(1 << 63),
+            "2^63 is a u64"
+        );
+        assert_eq!(
+            long(&[0xff; 8].iter().copied().chain([0]).collect::<Vec<_>>()),
+            Value::UInt(u64::MAX)
+        );
         assert_eq!(long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::Huge);
-        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Value::Int(i64::MIN));
-        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff]), Value::Huge, "below -2^63");
+        assert_eq!(
+            long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]),
+            Value::Int(i64::MIN)
+        );
+        assert_eq!(
+            long(&[0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff]),
+            Value::Huge,
+            "below -2^63"
+        );
         // The word read agrees with the bytes read, whatever follows them.
-        for bytes in [&[][..], &[0xff], &[0x7f], &[0x00, 0x80], &[1, 2, 3, 4, 5, 6, 7], &[0xff; 8], &[0, 0, 0, 0, 0, 0, 0, 0x80, 0]] {
+        for bytes in [
+            &[][..],
+            &[0xff],
+            &[0x7f],
+            &[0x00, 0x80],
+            &[1, 2, 3, 4, 5, 6, 7],
+            &[0xff; 8],
+            &[0, 0, 0, 0, 0, 0, 0, 0x80, 0],
+        ] {
             let mut data = bytes.to_vec();
             data.extend_from_slice(&[0xaa; 9]);
-            assert_eq!(long_at(&data, 0, bytes.len()), Some(long(bytes)), "{bytes:?} then more");
-            assert_eq!(long_at(bytes, 0, bytes.len()), Some(long(bytes)), "{bytes:?} at the end");
+            assert_eq!(
+                long_at(&data, 0, bytes.len()),
+                Some(long(bytes)),
+                "{bytes:?} then more"
+            );
+            assert_eq!(
+                long_at(bytes, 0, bytes.len()),
+                Some(long(bytes)),
+                "{bytes:?} at the end"
+            );
         }
         assert_eq!(long_at(&[1, 2], 0, 3), None, "past the end");
     }
@@ -942,7 +1090,12 @@ mod tests {
     #[test]
     fn protocol_zero_strings_decode_their_escapes() {
         assert!(raw_unicode_escape(b"plain").is_none());
-        assert_eq!(raw_unicode_escape(b"caf\xe9 \\u2603 \\U0001f600 \\u005c").unwrap().unwrap(), "café ☃ 😀 \\");
+        assert_eq!(
+            raw_unicode_escape(b"caf\xe9 \\u2603 \\U0001f600 \\u005c")
+                .unwrap()
+                .unwrap(),
+            "café ☃ 😀 \\"
+        );
         assert!(raw_unicode_escape(b"\\uzz").unwrap().is_err());
     }
 
@@ -955,7 +1108,14 @@ mod tests {
         m.set(20, T_STR | 20);
         assert_eq!(m.dense.len(), 21, "a small gap is filled in place");
         m.set(4_000_000_000, T_STR | 1);
-        assert_eq!(m.dense.len(), 21, "a key of four billion does not allocate four billion slots");
-        assert_eq!((m.get(4_000_000_000), m.get(3), m.get(15), m.count), (T_STR | 1, T_STR | 3, 0, 12));
+        assert_eq!(
+            m.dense.len(),
+            21,
+            "a key of four billion does not allocate four billion slots"
+        );
+        assert_eq!(
+            (m.get(4_000_000_000), m.get(3), m.get(15), m.count),
+            (T_STR | 1, T_STR | 3, 0, 12)
+        );
     }
 }

@@ -17,7 +17,10 @@
 
 use crate::build::{Builder, Fields, Item, Owned, Result, NKEYS};
 use crate::model::BlockRun;
-use crate::pickle::{long_at, Build, Kind, Reader, Value, PAYLOAD, TAG, T_DICT_ID, T_EMPTY, T_LIST_ID, T_OPAQUE, T_OPEN, T_SCALAR, T_STR};
+use crate::pickle::{
+    long_at, Build, Kind, Reader, Value, PAYLOAD, TAG, T_DICT_ID, T_EMPTY, T_LIST_ID, T_OPAQUE,
+    T_OPEN, T_SCALAR, T_STR,
+};
 
 /// A memo entry for a container this reader has opened and not finished: a reference to it
 /// means the dict is not one to read in one pass.
@@ -72,7 +75,8 @@ fn after_frame(data: &[u8], pos: &mut usize) -> Option<u8> {
 
 #[inline(always)]
 fn u32_at(data: &[u8], p: usize) -> Option<u32> {
-    data.get(p..p + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    data.get(p..p + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Past a number, None or a bool (what a tuple of a snapshot holds) whose opcode is `op`.
@@ -203,7 +207,12 @@ impl<'a> Reader<'a, Builder<'a>> {
             0x89 => Value::Bool(false),
             b'G' => {
                 *pos += 8;
-                Value::Float(f64::from_be_bytes(data.get(p..p + 8).ok_or(GiveUp)?.try_into().map_err(|_| GiveUp)?))
+                Value::Float(f64::from_be_bytes(
+                    data.get(p..p + 8)
+                        .ok_or(GiveUp)?
+                        .try_into()
+                        .map_err(|_| GiveUp)?,
+                ))
             }
             _ => return Err(GiveUp),
         };
@@ -217,7 +226,15 @@ impl<'a> Reader<'a, Builder<'a>> {
     fn other_value(&mut self, op: u8, pos: &mut usize) -> Step<()> {
         let mut v = Value::None;
         self.value(op, pos, &mut v)?;
-        if !matches!(v, Value::Int(_) | Value::UInt(_) | Value::Huge | Value::Float(_) | Value::None | Value::Bool(_)) {
+        if !matches!(
+            v,
+            Value::Int(_)
+                | Value::UInt(_)
+                | Value::Huge
+                | Value::Float(_)
+                | Value::None
+                | Value::Bool(_)
+        ) {
             return Ok(());
         }
         // Up to two more numbers, then TUPLE1, 2 or 3 for as many.
@@ -324,7 +341,13 @@ impl<'a> Reader<'a, Builder<'a>> {
 
     /// The key-value pairs of the dict at depth `d`, up to its `SETITEMS`, into `f`.
     #[inline(always)]
-    fn dict_fields(&mut self, d: usize, pos: &mut usize, f: &mut Fields, at: usize) -> Step<Result<()>> {
+    fn dict_fields(
+        &mut self,
+        d: usize,
+        pos: &mut usize,
+        f: &mut Fields,
+        at: usize,
+    ) -> Step<Result<()>> {
         let data = self.data;
         let mut pairs = 0;
         loop {
@@ -383,7 +406,9 @@ impl<'a> Reader<'a, Builder<'a>> {
         let mut blocks = BlockRun::default();
         let read = self.list_items(d, pos, &mut frames, &mut blocks, at);
         let v = match read {
-            Ok(Ok(())) if blocks.count > 0 => Ok(Ok(Value::Item(self.b.store(Item::Blocks(blocks, None))))),
+            Ok(Ok(())) if blocks.count > 0 => {
+                Ok(Ok(Value::Item(self.b.store(Item::Blocks(blocks, None)))))
+            }
             Ok(Ok(())) if frames.is_empty() => Ok(Ok(Value::EmptyList)),
             Ok(Ok(())) => Ok(self.b.stack(&frames, at).map(Value::ListId)),
             Ok(Err(e)) => Ok(Err(e)),
@@ -399,7 +424,14 @@ impl<'a> Reader<'a, Builder<'a>> {
 
     /// The items of the list at depth `d`, into `frames` or `blocks`.
     #[inline(always)]
-    fn list_items(&mut self, d: usize, pos: &mut usize, frames: &mut Vec<u32>, blocks: &mut BlockRun, at: usize) -> Step<Result<()>> {
+    fn list_items(
+        &mut self,
+        d: usize,
+        pos: &mut usize,
+        frames: &mut Vec<u32>,
+        blocks: &mut BlockRun,
+        at: usize,
+    ) -> Step<Result<()>> {
         let data = self.data;
         loop {
             let mut p = *pos;
@@ -454,10 +486,17 @@ impl<'a> Reader<'a, Builder<'a>> {
 
     /// A dict read as an item of a list: a frame or a block (one kind per list).
     #[inline]
-    fn list_item(&mut self, frames: &mut Vec<u32>, blocks: &mut BlockRun, owned: Owned) -> Step<()> {
+    fn list_item(
+        &mut self,
+        frames: &mut Vec<u32>,
+        blocks: &mut BlockRun,
+        owned: Owned,
+    ) -> Step<()> {
         match owned {
             Owned::V(Value::DictId(id)) if blocks.count == 0 => frames.push(id),
-            Owned::Item(Item::Block(b)) if frames.is_empty() => blocks.push(&mut self.b.block_bytes, &b),
+            Owned::Item(Item::Block(b)) if frames.is_empty() => {
+                blocks.push(&mut self.b.block_bytes, &b)
+            }
             _ => return Err(GiveUp),
         }
         Ok(())

@@ -59,11 +59,27 @@ const OTHERS_FILE: &str = "<leaklab trim>";
 
 /// Writes a trimmed copy of the snapshot at `input` to `output`.
 pub fn trim(input: &Path, output: &Path, options: &TrimOptions) -> Result<Trimmed> {
-    let snapshot = crate::load_with(input, &ReadOptions { window: options.since, ..ReadOptions::default() })?;
-    let holders: Vec<Holder> = explain(&snapshot, options.view, None).holders.into_iter().take(options.top).collect();
+    let snapshot = crate::load_with(
+        input,
+        &ReadOptions {
+            window: options.since,
+            ..ReadOptions::default()
+        },
+    )?;
+    let holders: Vec<Holder> = explain(&snapshot, options.view, None)
+        .holders
+        .into_iter()
+        .take(options.top)
+        .collect();
     let kept = kept_stacks(&snapshot, options.view, &holders);
-    let io = |error| Error::Write { path: output.display().to_string(), error };
-    let dir = output.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let io = |error| Error::Write {
+        path: output.display().to_string(),
+        error,
+    };
+    let dir = output
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut builder = tempfile::Builder::new();
     builder.prefix(".leaklab-").suffix(".tmp");
     // The modes a plain write gets (0666 less the umask), not a temporary file's owner-only
@@ -99,7 +115,10 @@ pub fn trim(input: &Path, output: &Path, options: &TrimOptions) -> Result<Trimme
 
 /// The stacks whose frames, in `view`, are one of `holders`'.
 fn kept_stacks(snapshot: &Snapshot, view: View, holders: &[Holder]) -> FxHashSet<StackId> {
-    let sites: FxHashSet<(String, Vec<String>)> = holders.iter().map(|h| (h.site.clone(), h.stack.clone())).collect();
+    let sites: FxHashSet<(String, Vec<String>)> = holders
+        .iter()
+        .map(|h| (h.site.clone(), h.stack.clone()))
+        .collect();
     let mut kept = FxHashSet::default();
     let mut seen = FxHashSet::default();
     for seg in &snapshot.segments {
@@ -107,7 +126,11 @@ fn kept_stacks(snapshot: &Snapshot, view: View, holders: &[Holder]) -> FxHashSet
             if b.state != BlockState::ActiveAllocated || !seen.insert(b.stack) {
                 continue;
             }
-            let frames: Vec<String> = view.frames(snapshot, b.stack).iter().map(|&f| crate::explain::site(snapshot.frame(f))).collect();
+            let frames: Vec<String> = view
+                .frames(snapshot, b.stack)
+                .iter()
+                .map(|&f| crate::explain::site(snapshot.frame(f)))
+                .collect();
             let key = match frames.split_first() {
                 Some((first, rest)) => (first.clone(), rest.to_vec()),
                 None => ("<no stack recorded>".to_string(), Vec::new()),
@@ -120,7 +143,13 @@ fn kept_stacks(snapshot: &Snapshot, view: View, holders: &[Holder]) -> FxHashSet
     kept
 }
 
-fn write_snapshot<W: Write>(w: &mut Pickler<W>, s: &Snapshot, kept: &FxHashSet<StackId>, options: &TrimOptions, t: &mut Trimmed) -> std::io::Result<()> {
+fn write_snapshot<W: Write>(
+    w: &mut Pickler<W>,
+    s: &Snapshot,
+    kept: &FxHashSet<StackId>,
+    options: &TrimOptions,
+    t: &mut Trimmed,
+) -> std::io::Result<()> {
     let others = format!("holders outside the top {}", options.top);
     w.proto()?;
     w.dict_open()?;
@@ -131,7 +160,8 @@ fn write_snapshot<W: Write>(w: &mut Pickler<W>, s: &Snapshot, kept: &FxHashSet<S
         // The blocks to write: kept ones as they are, each run of others merged into one.
         let mut blocks: Vec<(Block, bool)> = Vec::new();
         for b in s.blocks(seg) {
-            let keep = b.state == BlockState::ActivePendingFree || b.state == BlockState::ActiveAllocated && kept.contains(&b.stack);
+            let keep = b.state == BlockState::ActivePendingFree
+                || b.state == BlockState::ActiveAllocated && kept.contains(&b.stack);
             match b.state {
                 BlockState::ActiveAllocated if keep => t.kept_bytes += b.size,
                 BlockState::ActiveAllocated => t.other_bytes += b.size,
@@ -148,9 +178,15 @@ fn write_snapshot<W: Write>(w: &mut Pickler<W>, s: &Snapshot, kept: &FxHashSet<S
         t.blocks_kept += blocks.iter().filter(|(_, keep)| *keep).count();
         t.blocks_merged += blocks.iter().filter(|(_, keep)| !keep).count();
         let active = |state: BlockState| blocks.iter().filter(move |(b, _)| b.state == state);
-        let allocated: u64 = active(BlockState::ActiveAllocated).map(|(b, _)| b.size).sum();
-        let pending: u64 = active(BlockState::ActivePendingFree).map(|(b, _)| b.size).sum();
-        let requested: u64 = active(BlockState::ActiveAllocated).map(|(b, _)| b.requested_size).sum();
+        let allocated: u64 = active(BlockState::ActiveAllocated)
+            .map(|(b, _)| b.size)
+            .sum();
+        let pending: u64 = active(BlockState::ActivePendingFree)
+            .map(|(b, _)| b.size)
+            .sum();
+        let requested: u64 = active(BlockState::ActiveAllocated)
+            .map(|(b, _)| b.requested_size)
+            .sum();
         w.batch(&mut batch)?;
         w.dict_open()?;
         w.key_int("device", seg.device as i128)?;
@@ -229,7 +265,10 @@ fn event<W: Write>(w: &mut Pickler<W>, s: &Snapshot, e: &TraceEntry) -> std::io:
 }
 
 fn action_name(action: Action) -> &'static str {
-    Action::KNOWN.iter().find(|(_, a)| *a == action).map_or("unknown", |(name, _)| name)
+    Action::KNOWN
+        .iter()
+        .find(|(_, a)| *a == action)
+        .map_or("unknown", |(name, _)| name)
 }
 
 /// Writes protocol 4 pickles in the opcodes MemoryViz.js reads, memoizing what repeats.
@@ -244,7 +283,14 @@ struct Pickler<W: Write> {
 
 impl<W: Write> Pickler<W> {
     fn new(out: W) -> Pickler<W> {
-        Pickler { out, next_memo: 0, strings: FxHashMap::default(), frames: FxHashMap::default(), stacks: FxHashMap::default(), synthetic: None }
+        Pickler {
+            out,
+            next_memo: 0,
+            strings: FxHashMap::default(),
+            frames: FxHashMap::default(),
+            stacks: FxHashMap::default(),
+            synthetic: None,
+        }
     }
 
     fn proto(&mut self) -> std::io::Result<()> {
@@ -304,7 +350,10 @@ impl<W: Write> Pickler<W> {
                 // Two's complement, little-endian, with a sign byte only when needed.
                 let bytes = v.to_le_bytes();
                 let mut n = 16;
-                while n > 1 && ((bytes[n - 1] == 0 && bytes[n - 2] & 0x80 == 0) || (bytes[n - 1] == 0xff && bytes[n - 2] & 0x80 != 0)) {
+                while n > 1
+                    && ((bytes[n - 1] == 0 && bytes[n - 2] & 0x80 == 0)
+                        || (bytes[n - 1] == 0xff && bytes[n - 2] & 0x80 != 0))
+                {
                     n -= 1;
                 }
                 self.out.write_all(&[0x8a, n as u8])?;
@@ -415,9 +464,22 @@ impl leaklab_report::Report for Trimmed {
             human_bytes(self.other_bytes as f64)
         );
         let events: usize = self.window_events.iter().sum();
-        if self.window_from.iter().zip(&self.trace_events).any(|(from, len)| from < len) {
-            let windows: Vec<String> = self.window_from.iter().zip(&self.trace_events).map(|(from, len)| format!("{from} of {len}")).collect();
-            out += &format!(", and {events} trace events (from event {} per device).\n", windows.join(", "));
+        if self
+            .window_from
+            .iter()
+            .zip(&self.trace_events)
+            .any(|(from, len)| from < len)
+        {
+            let windows: Vec<String> = self
+                .window_from
+                .iter()
+                .zip(&self.trace_events)
+                .map(|(from, len)| format!("{from} of {len}"))
+                .collect();
+            out += &format!(
+                ", and {events} trace events (from event {} per device).\n",
+                windows.join(", ")
+            );
         } else {
             out += ", no trace events (give --since to keep the trace from a point on).\n";
         }
@@ -441,7 +503,10 @@ mod tests {
             (300, b"M\x2c\x01"),
             (-1, b"J\xff\xff\xff\xff"),
             (1 << 40, b"\x8a\x06\x00\x00\x00\x00\x00\x01"),
-            (u64::MAX as i128, b"\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00"),
+            (
+                u64::MAX as i128,
+                b"\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00",
+            ),
             (-(1i128 << 40), b"\x8a\x06\x00\x00\x00\x00\x00\xff"),
             (1 << 31, b"\x8a\x05\x00\x00\x00\x80\x00"),
         ];

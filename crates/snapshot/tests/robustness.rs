@@ -26,20 +26,39 @@ static MEASURING: Mutex<()> = Mutex::new(());
 /// One small valid snapshot per writer's shape, a few KB each, lists in batches of three.
 fn valid() -> &'static [(&'static str, Vec<u8>)] {
     static ALL: OnceLock<Vec<(&'static str, Vec<u8>)>> = OnceLock::new();
-    ALL.get_or_init(|| SHAPES.iter().map(|s| (s.name, generate(Vec::new(), &s.small(), 3000, 3).0)).collect())
+    ALL.get_or_init(|| {
+        SHAPES
+            .iter()
+            .map(|s| (s.name, generate(Vec::new(), &s.small(), 3000, 3).0))
+            .collect()
+    })
 }
 
 /// Reads `bytes` both ways; they must agree.
 fn check(bytes: &[u8]) -> Option<Snapshot> {
     let fast = from_bytes(bytes);
-    let plain = from_bytes_with(bytes, &ReadOptions { plain: true, ..ReadOptions::default() });
+    let plain = from_bytes_with(
+        bytes,
+        &ReadOptions {
+            plain: true,
+            ..ReadOptions::default()
+        },
+    );
     match (fast, plain) {
         (Ok(a), Ok(b)) => {
-            assert_eq!(canonical(&a), canonical(&b), "the one-pass and the plain readings differ");
+            assert_eq!(
+                canonical(&a),
+                canonical(&b),
+                "the one-pass and the plain readings differ"
+            );
             Some(a)
         }
         (Err(_), Err(_)) => None,
-        (a, b) => panic!("one reading fails and the other does not: one-pass {:?}, plain {:?}", a.err(), b.err()),
+        (a, b) => panic!(
+            "one reading fails and the other does not: one-pass {:?}, plain {:?}",
+            a.err(),
+            b.err()
+        ),
     }
 }
 
@@ -56,7 +75,11 @@ fn opcode_starts(bytes: &[u8]) -> Vec<usize> {
             b'J' | b'j' | b'r' => 4,
             0x95 => 8,
             0x8a | 0x8c => 1 + bytes.get(at + 1).copied().unwrap_or(0) as usize,
-            b'X' => 4 + bytes.get(at + 1..at + 5).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()) as usize),
+            b'X' => {
+                4 + bytes
+                    .get(at + 1..at + 5)
+                    .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+            }
             _ => 0,
         };
         at += 1 + arg;
@@ -69,7 +92,10 @@ fn every_shape_reads_alike_in_one_pass_and_plainly() {
     for (name, bytes) in valid() {
         let snap = check(bytes).unwrap_or_else(|| panic!("{name} does not read"));
         let e = explain(&snap, View::default(), None);
-        assert!(e.allocated_bytes > 0 && !e.holders.is_empty() && e.trace_events > 0, "{name}: {e:?}");
+        assert!(
+            e.allocated_bytes > 0 && !e.holders.is_empty() && e.trace_events > 0,
+            "{name}: {e:?}"
+        );
     }
 }
 
@@ -77,7 +103,14 @@ fn every_shape_reads_alike_in_one_pass_and_plainly() {
 fn the_valid_fixture_reads() {
     let snap = from_bytes(&valid_inline()).unwrap();
     assert_eq!(snap.blocks(&snap.segments[0]).next().unwrap().size, 1024);
-    assert_eq!(&*snap.stack(snap.blocks(&snap.segments[0]).next().unwrap().stack).next().unwrap().name, "handle");
+    assert_eq!(
+        &*snap
+            .stack(snap.blocks(&snap.segments[0]).next().unwrap().stack)
+            .next()
+            .unwrap()
+            .name,
+        "handle"
+    );
 }
 
 /// A small snapshot as Python's pickle protocol 4 writes it (from tests/make_snapshots.py's
@@ -120,15 +153,56 @@ fn valid_inline() -> Vec<u8> {
 fn hostile_pickles_get_clear_errors_in_bounded_memory() {
     let _one_at_a_time = MEASURING.lock().unwrap();
     let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("a 10 GB string in a 1 kB file", [&b"\x80\x04\x8d"[..], &(10u64 << 30).to_le_bytes(), &[b'x'; 1000]].concat(), "truncated"),
-        ("a 4 GB long", [&b"\x80\x02\x8b"[..], &u32::MAX.to_le_bytes(), b"\x01\x02"].concat(), "truncated"),
-        ("a 10 GB bytearray", [&b"\x80\x05\x96"[..], &(10u64 << 30).to_le_bytes()].concat(), "truncated"),
-        ("a memo reference to nothing", b"\x80\x04h\x05.".to_vec(), "memo key 5 was never stored"),
-        ("a list that holds itself", b"\x80\x04]\x94(h\x00e.".to_vec(), "holds itself"),
-        ("a snapshot that is its own segments", b"\x80\x04}\x94(\x8c\x08segments\x94h\x00u.".to_vec(), "not a memory snapshot"),
-        ("a memo key of four billion", b"\x80\x02Nr\xff\xff\xff\xef0Nj\xff\xff\xff\xef.".to_vec(), "not a memory snapshot: the pickle holds None"),
-        ("not a pickle", b"this is a text file\n".to_vec(), "not a pickle"),
-        ("a pickle protocol from the future", b"\x80\x07N.".to_vec(), "newer than this reader"),
+        (
+            "a 10 GB string in a 1 kB file",
+            [
+                &b"\x80\x04\x8d"[..],
+                &(10u64 << 30).to_le_bytes(),
+                &[b'x'; 1000],
+            ]
+            .concat(),
+            "truncated",
+        ),
+        (
+            "a 4 GB long",
+            [&b"\x80\x02\x8b"[..], &u32::MAX.to_le_bytes(), b"\x01\x02"].concat(),
+            "truncated",
+        ),
+        (
+            "a 10 GB bytearray",
+            [&b"\x80\x05\x96"[..], &(10u64 << 30).to_le_bytes()].concat(),
+            "truncated",
+        ),
+        (
+            "a memo reference to nothing",
+            b"\x80\x04h\x05.".to_vec(),
+            "memo key 5 was never stored",
+        ),
+        (
+            "a list that holds itself",
+            b"\x80\x04]\x94(h\x00e.".to_vec(),
+            "holds itself",
+        ),
+        (
+            "a snapshot that is its own segments",
+            b"\x80\x04}\x94(\x8c\x08segments\x94h\x00u.".to_vec(),
+            "not a memory snapshot",
+        ),
+        (
+            "a memo key of four billion",
+            b"\x80\x02Nr\xff\xff\xff\xef0Nj\xff\xff\xff\xef.".to_vec(),
+            "not a memory snapshot: the pickle holds None",
+        ),
+        (
+            "not a pickle",
+            b"this is a text file\n".to_vec(),
+            "not a pickle",
+        ),
+        (
+            "a pickle protocol from the future",
+            b"\x80\x07N.".to_vec(),
+            "newer than this reader",
+        ),
     ];
     // A million lists nested in each other, a stack of two million values, a memo of a million
     // numbers.
@@ -137,21 +211,39 @@ fn hostile_pickles_get_clear_errors_in_bounded_memory() {
     nested.extend(std::iter::repeat_n(b'e', 1 << 20));
     nested.push(b'.');
     cases.push(("a million nested lists", nested, "open at once"));
-    cases.push(("two million values", [&b"\x80\x04"[..], &vec![b'N'; 2 << 20], b"."].concat(), "values on the stack at once"));
-    cases.push(("a memo of a million numbers", [&b"\x80\x04"[..], &b"N\x940".repeat(1 << 20), b"N."].concat(), "not a memory snapshot: the pickle holds None"));
+    cases.push((
+        "two million values",
+        [&b"\x80\x04"[..], &vec![b'N'; 2 << 20], b"."].concat(),
+        "values on the stack at once",
+    ));
+    cases.push((
+        "a memo of a million numbers",
+        [&b"\x80\x04"[..], &b"N\x940".repeat(1 << 20), b"N."].concat(),
+        "not a memory snapshot: the pickle holds None",
+    ));
     for (what, bytes, says) in cases {
         let base = LIVE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
         let started = std::time::Instant::now();
-        let message = from_bytes(&bytes).map(|_| "read".to_string()).unwrap_or_else(|e| e.to_string());
+        let message = from_bytes(&bytes)
+            .map(|_| "read".to_string())
+            .unwrap_or_else(|e| e.to_string());
         let used = PEAK.load(Ordering::Relaxed) - base;
         eprintln!("{what}: {used} bytes of heap, {:.0?}", started.elapsed());
         assert!(message.contains(says), "{what}: {message}");
         // The caps bound the rest (measured: 38 MB at the cap on open lists, 21 MB for the memo
         // of a million, 17 MB at the stack's cap); nothing grows with a declared length.
-        assert!(used < 48 << 20, "{what}: {used} bytes of heap for a {}-byte file", bytes.len());
+        assert!(
+            used < 48 << 20,
+            "{what}: {used} bytes of heap for a {}-byte file",
+            bytes.len()
+        );
         if bytes.len() < 4096 {
-            assert!(used < 1 << 20, "{what}: {used} bytes of heap for a {}-byte file", bytes.len());
+            assert!(
+                used < 1 << 20,
+                "{what}: {used} bytes of heap for a {}-byte file",
+                bytes.len()
+            );
         }
     }
 }
@@ -192,7 +284,9 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     // Opcodes the readers treat differently: containers, marks, batch ends, memo, numbers,
     // strings, tuples, stop.
-    let opcodes = proptest::sample::select(b"}]()ueas0125hjq\x94\x95KMJN\x88\x89\x8a\x8cX\x85\x86\x87tdl.RcbG".to_vec());
+    let opcodes = proptest::sample::select(
+        b"}]()ueas0125hjq\x94\x95KMJN\x88\x89\x8a\x8cX\x85\x86\x87tdl.RcbG".to_vec(),
+    );
     prop_oneof![
         (any::<usize>(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip(at, 1 << bit)),
         (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Mutation::Set(at, b)),

@@ -29,7 +29,9 @@ pub struct ErrorBody {
 /// The lab's load client, the tests and the benches all send these.
 pub fn synthetic_request(index: u64, rows: usize, features: usize) -> InferRequest {
     let mut rng = SeededRng::new(index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
-    let inputs = (0..rows).map(|_| (0..features).map(|_| rng.symmetric() as f32).collect()).collect();
+    let inputs = (0..rows)
+        .map(|_| (0..features).map(|_| rng.symmetric() as f32).collect())
+        .collect();
     InferRequest { inputs }
 }
 

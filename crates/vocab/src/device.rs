@@ -57,7 +57,8 @@ pub enum DeviceRequest {
 }
 
 impl DeviceRequest {
-    pub const ALL: [DeviceRequest; 3] = [DeviceRequest::Cpu, DeviceRequest::Cuda, DeviceRequest::Auto];
+    pub const ALL: [DeviceRequest; 3] =
+        [DeviceRequest::Cpu, DeviceRequest::Cuda, DeviceRequest::Auto];
 
     /// The flag's value, as `--device` takes it.
     pub fn name(self) -> &'static str {
@@ -89,7 +90,10 @@ impl std::fmt::Display for DeviceRequest {
 impl std::str::FromStr for DeviceRequest {
     type Err = String;
     fn from_str(s: &str) -> Result<DeviceRequest, String> {
-        DeviceRequest::ALL.into_iter().find(|r| r.name() == s).ok_or_else(|| format!("unknown device `{s}`: use cpu, cuda or auto"))
+        DeviceRequest::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| format!("unknown device `{s}`: use cpu, cuda or auto"))
     }
 }
 
@@ -108,10 +112,16 @@ mod tests {
         for r in DeviceRequest::ALL {
             assert_eq!(r.name().parse::<DeviceRequest>(), Ok(r));
         }
-        assert_eq!("gpu".parse::<DeviceRequest>().unwrap_err(), "unknown device `gpu`: use cpu, cuda or auto");
+        assert_eq!(
+            "gpu".parse::<DeviceRequest>().unwrap_err(),
+            "unknown device `gpu`: use cpu, cuda or auto"
+        );
         assert_eq!(DeviceRequest::Auto.resolve(false), Ok(Device::Cpu));
         assert_eq!(DeviceRequest::Auto.resolve(true), Ok(Device::Cuda));
         assert_eq!(DeviceRequest::Cpu.resolve(true), Ok(Device::Cpu));
-        assert!(DeviceRequest::Cuda.resolve(false).unwrap_err().contains("use --device cpu or auto"));
+        assert!(DeviceRequest::Cuda
+            .resolve(false)
+            .unwrap_err()
+            .contains("use --device cpu or auto"));
     }
 }

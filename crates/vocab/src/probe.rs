@@ -25,7 +25,14 @@ pub enum Probe {
 }
 
 impl Probe {
-    pub const ALL: [Probe; 6] = [Probe::CpuAllocator, Probe::Rss, Probe::MallocHeap, Probe::CudaAllocated, Probe::CudaReserved, Probe::NvmlProcess];
+    pub const ALL: [Probe; 6] = [
+        Probe::CpuAllocator,
+        Probe::Rss,
+        Probe::MallocHeap,
+        Probe::CudaAllocated,
+        Probe::CudaReserved,
+        Probe::NvmlProcess,
+    ];
 
     /// The series' name in reports, plots, JSON and Prometheus labels.
     pub fn name(self) -> &'static str {
@@ -47,7 +54,10 @@ impl Probe {
             Probe::MallocHeap => Some(sample.heap_bytes as i64),
             Probe::CudaAllocated => sample.cuda.map(|c| c.allocated_bytes),
             Probe::CudaReserved => sample.cuda.map(|c| c.reserved_bytes),
-            Probe::NvmlProcess => sample.nvml.and_then(|n| n.process_used_bytes).map(|b| b as i64),
+            Probe::NvmlProcess => sample
+                .nvml
+                .and_then(|n| n.process_used_bytes)
+                .map(|b| b as i64),
         }
     }
 
@@ -80,7 +90,15 @@ impl<'de> Deserialize<'de> for Probe {
 impl std::str::FromStr for Probe {
     type Err = String;
     fn from_str(s: &str) -> Result<Probe, String> {
-        Probe::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| format!("unknown probe `{s}`: one of {}", Probe::ALL.map(Probe::name).join(", ")))
+        Probe::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown probe `{s}`: one of {}",
+                    Probe::ALL.map(Probe::name).join(", ")
+                )
+            })
     }
 }
 
@@ -97,13 +115,25 @@ mod tests {
 
     #[test]
     fn each_probe_reads_its_own_figure_and_serialises_as_its_name() {
-        let sample = MemorySample { rss_bytes: 3, heap_bytes: 4, cuda: Some(CudaStats { allocated_bytes: 5, reserved_bytes: 6, ..Default::default() }), ..Default::default() };
+        let sample = MemorySample {
+            rss_bytes: 3,
+            heap_bytes: 4,
+            cuda: Some(CudaStats {
+                allocated_bytes: 5,
+                reserved_bytes: 6,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         let read: Vec<_> = Probe::ALL.iter().map(|p| p.read(&sample)).collect();
         assert_eq!(read, [Some(0), Some(3), Some(4), Some(5), Some(6), None]);
         for p in Probe::ALL {
             assert_eq!(serde_json::to_value(p).unwrap(), p.name());
             assert_eq!(serde_json::from_value::<Probe>(p.name().into()).unwrap(), p);
         }
-        assert!(serde_json::from_value::<Probe>("rss_live".into()).unwrap_err().to_string().contains("unknown probe `rss_live`"));
+        assert!(serde_json::from_value::<Probe>("rss_live".into())
+            .unwrap_err()
+            .to_string()
+            .contains("unknown probe `rss_live`"));
     }
 }

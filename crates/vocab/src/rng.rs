@@ -16,7 +16,9 @@ impl SeededRng {
     /// A generator per name: seeded from `seed` and an FNV-1a hash of `name`, so that each
     /// variable of a model has its own stream whatever order they are built in.
     pub fn named(seed: u64, name: &str) -> SeededRng {
-        SeededRng::new(name.bytes().fold(seed ^ 0xCBF2_9CE4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3)))
+        SeededRng::new(name.bytes().fold(seed ^ 0xCBF2_9CE4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01B3)
+        }))
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -43,11 +45,20 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_stream_and_values_stay_in_range() {
-        let a: Vec<u64> = (0..5).scan(SeededRng::new(7), |r, _| Some(r.next_u64())).collect();
-        let b: Vec<u64> = (0..5).scan(SeededRng::new(7), |r, _| Some(r.next_u64())).collect();
+        let a: Vec<u64> = (0..5)
+            .scan(SeededRng::new(7), |r, _| Some(r.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .scan(SeededRng::new(7), |r, _| Some(r.next_u64()))
+            .collect();
         assert_eq!(a, b);
-        assert_ne!(SeededRng::named(1, "l0.weight").next_u64(), SeededRng::named(1, "l0.bias").next_u64());
+        assert_ne!(
+            SeededRng::named(1, "l0.weight").next_u64(),
+            SeededRng::named(1, "l0.bias").next_u64()
+        );
         let mut r = SeededRng::new(0);
-        assert!((0..10_000).map(|_| r.symmetric()).all(|v| (-1.0..1.0).contains(&v)));
+        assert!((0..10_000)
+            .map(|_| r.symmetric())
+            .all(|v| (-1.0..1.0).contains(&v)));
     }
 }

@@ -27,8 +27,20 @@ pub enum Scale {
 impl Scale {
     pub fn config(self) -> ModelConfig {
         match self {
-            Scale::Default => ModelConfig { input: 512, hidden: 2048, depth: 1, output: 512, seed: 42 },
-            Scale::Seed => ModelConfig { input: 1024, hidden: 8192, depth: 3, output: 1024, seed: 42 },
+            Scale::Default => ModelConfig {
+                input: 512,
+                hidden: 2048,
+                depth: 1,
+                output: 512,
+                seed: 42,
+            },
+            Scale::Seed => ModelConfig {
+                input: 1024,
+                hidden: 8192,
+                depth: 3,
+                output: 1024,
+                seed: 42,
+            },
         }
     }
 
@@ -109,6 +121,9 @@ mod tests {
     fn the_seed_scale_keeps_about_fifty_megabytes_per_request_in_the_graph() {
         let c = Scale::Seed.config();
         // 4 B × 512 × (1024 + 3 × 8192) = 50 MiB: the "about 50 MB per request" of the story.
-        assert_eq!(c.graph_bytes_per_request(Scale::Seed.batch()), 50 * 1024 * 1024);
+        assert_eq!(
+            c.graph_bytes_per_request(Scale::Seed.batch()),
+            50 * 1024 * 1024
+        );
     }
 }

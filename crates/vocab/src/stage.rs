@@ -13,7 +13,12 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [Stage::Preprocess, Stage::Forward, Stage::Postprocess, Stage::Telemetry];
+    pub const ALL: [Stage; 4] = [
+        Stage::Preprocess,
+        Stage::Forward,
+        Stage::Postprocess,
+        Stage::Telemetry,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

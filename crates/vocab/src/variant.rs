@@ -89,7 +89,10 @@ impl Variant {
 
     /// Whether any of its code paths leaks.
     pub fn is_leaky(self) -> bool {
-        matches!(self, Variant::GraphLeaky | Variant::RefsLeaky | Variant::CacheLeaky | Variant::Seed)
+        matches!(
+            self,
+            Variant::GraphLeaky | Variant::RefsLeaky | Variant::CacheLeaky | Variant::Seed
+        )
     }
 
     /// How the forward pass and its running statistic run (every variant does a forward).
@@ -111,7 +114,11 @@ impl Variant {
         match self {
             Variant::Baseline => Some(Mode::Fixed),
             Variant::Seed => Some(Mode::Leaky),
-            v if v.cause() == Some(cause) => Some(if v.is_leaky() { Mode::Leaky } else { Mode::Fixed }),
+            v if v.cause() == Some(cause) => Some(if v.is_leaky() {
+                Mode::Leaky
+            } else {
+                Mode::Fixed
+            }),
             _ => None,
         }
     }
@@ -127,10 +134,13 @@ impl std::str::FromStr for Variant {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Variant, String> {
-        Variant::ALL.into_iter().find(|v| v.name() == s).ok_or_else(|| {
-            let known: Vec<_> = Variant::ALL.iter().map(|v| v.name()).collect();
-            format!("unknown variant `{s}`; known: {}", known.join(", "))
-        })
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<_> = Variant::ALL.iter().map(|v| v.name()).collect();
+                format!("unknown variant `{s}`; known: {}", known.join(", "))
+            })
     }
 }
 
@@ -143,16 +153,47 @@ mod tests {
         for v in Variant::ALL {
             assert_eq!(v.name().parse::<Variant>().unwrap(), v);
         }
-        assert!("graph-broken".parse::<Variant>().unwrap_err().contains("known: graph-leaky, graph-fixed"));
+        assert!("graph-broken"
+            .parse::<Variant>()
+            .unwrap_err()
+            .contains("known: graph-leaky, graph-fixed"));
     }
 
     #[test]
     fn each_pair_differs_in_one_place() {
-        assert_eq!((Variant::GraphLeaky.graph(), Variant::GraphLeaky.refs(), Variant::GraphLeaky.cache()), (Mode::Leaky, None, None));
-        assert_eq!((Variant::GraphFixed.graph(), Variant::GraphFixed.refs(), Variant::GraphFixed.cache()), (Mode::Fixed, None, None));
+        assert_eq!(
+            (
+                Variant::GraphLeaky.graph(),
+                Variant::GraphLeaky.refs(),
+                Variant::GraphLeaky.cache()
+            ),
+            (Mode::Leaky, None, None)
+        );
+        assert_eq!(
+            (
+                Variant::GraphFixed.graph(),
+                Variant::GraphFixed.refs(),
+                Variant::GraphFixed.cache()
+            ),
+            (Mode::Fixed, None, None)
+        );
         assert_eq!(Variant::RefsLeaky.refs(), Some(Mode::Leaky));
         assert_eq!(Variant::CacheFixed.cache(), Some(Mode::Fixed));
-        assert_eq!((Variant::Seed.graph(), Variant::Seed.refs(), Variant::Seed.cache()), (Mode::Leaky, Some(Mode::Leaky), Some(Mode::Leaky)));
-        assert_eq!((Variant::Baseline.graph(), Variant::Baseline.refs(), Variant::Baseline.cache()), (Mode::Fixed, Some(Mode::Fixed), Some(Mode::Fixed)));
+        assert_eq!(
+            (
+                Variant::Seed.graph(),
+                Variant::Seed.refs(),
+                Variant::Seed.cache()
+            ),
+            (Mode::Leaky, Some(Mode::Leaky), Some(Mode::Leaky))
+        );
+        assert_eq!(
+            (
+                Variant::Baseline.graph(),
+                Variant::Baseline.refs(),
+                Variant::Baseline.cache()
+            ),
+            (Mode::Fixed, Some(Mode::Fixed), Some(Mode::Fixed))
+        );
     }
 }

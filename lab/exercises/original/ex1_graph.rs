@@ -12,7 +12,10 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { total: Tensor::zeros([], (Kind::Float, tch::Device::Cpu)), count: 0 }
+        Service {
+            total: Tensor::zeros([], (Kind::Float, tch::Device::Cpu)),
+            count: 0,
+        }
     }
 }
 

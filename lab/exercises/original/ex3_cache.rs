@@ -12,7 +12,9 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { results: HashMap::new() }
+        Service {
+            results: HashMap::new(),
+        }
     }
 }
 

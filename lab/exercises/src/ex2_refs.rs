@@ -11,7 +11,9 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { history: Vec::new() }
+        Service {
+            history: Vec::new(),
+        }
     }
 }
 
@@ -23,6 +25,9 @@ impl Exercise for Service {
     }
 
     fn statistic(&self) -> f64 {
-        self.history.iter().map(|y| y.abs().max().double_value(&[])).fold(0.0, f64::max)
+        self.history
+            .iter()
+            .map(|y| y.abs().max().double_value(&[]))
+            .fold(0.0, f64::max)
     }
 }

@@ -15,7 +15,12 @@ pub struct Service {
 
 impl Service {
     pub fn new() -> Service {
-        Service { total: Tensor::zeros([], (Kind::Float, tch::Device::Cpu)), count: 0, history: Vec::new(), results: HashMap::new() }
+        Service {
+            total: Tensor::zeros([], (Kind::Float, tch::Device::Cpu)),
+            count: 0,
+            history: Vec::new(),
+            results: HashMap::new(),
+        }
     }
 }
 

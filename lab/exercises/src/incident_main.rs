@@ -4,6 +4,8 @@
 //! and `cargo xtask lab check incident`, so that a missing or half-edited copy never breaks the
 //! workspace's build.
 
+// Skipped by rustfmt: the learner's copy exists only during a drill (and is theirs to format).
+#[rustfmt::skip]
 mod incident;
 
 use anyhow::{bail, Result};
@@ -11,7 +13,10 @@ use clap::Parser;
 use leaklab_exercises::drill::{self, serve};
 
 #[derive(Parser)]
-#[command(name = "leaklab-incident", about = "The incident drill's service, with your handler")]
+#[command(
+    name = "leaklab-incident",
+    about = "The incident drill's service, with your handler"
+)]
 enum Cli {
     /// Serves your handler and prints the briefing.
     Serve(serve::IncidentArgs),
@@ -24,7 +29,9 @@ fn main() -> Result<()> {
         bail!("no incident in progress: `cargo xtask lab incident` starts one");
     }
     match Cli::parse() {
-        Cli::Serve(args) => serve::run(Box::new(incident::Service::new()), &args, |addr| print!("{}", serve::briefing(addr))),
+        Cli::Serve(args) => serve::run(Box::new(incident::Service::new()), &args, |addr| {
+            print!("{}", serve::briefing(addr))
+        }),
         Cli::Check => {
             leaklab_probe::cpu::install()?;
             let outcome = drill::check::check(&mut incident::Service::new());

@@ -8,9 +8,9 @@
 //! running the learner's files: a learner's fix cannot turn the test suite red.
 
 use leaklab_detect::Verdict;
-use leaklab_report::human_bytes;
 use leaklab_model::{Mlp, Scale};
 use leaklab_probe::guard::TorchLeakCheck;
+use leaklab_report::human_bytes;
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use tch::{Device, Tensor};
@@ -62,16 +62,58 @@ pub enum Kind {
 }
 
 pub const EXERCISES: [Info; 6] = [
-    Info { number: 1, name: "graph", file: "ex1_graph.rs", symptom: "memory climbs by a forward pass's activations on every request", kind: Kind::Rust },
-    Info { number: 2, name: "refs", file: "ex2_refs.rs", symptom: "memory climbs by one output per request", kind: Kind::Rust },
-    Info { number: 3, name: "cache", file: "ex3_cache.rs", symptom: "memory climbs by one output per new input, forever", kind: Kind::Rust },
-    Info { number: 4, name: "seed", file: "ex4_seed.rs", symptom: "the container of the story: all three at once", kind: Kind::Rust },
-    Info { number: 5, name: "shapes", file: "ex5_shapes.py", symptom: "a conv service's memory climbs with every new image size; no Python object holds it", kind: Kind::Python },
-    Info { number: 6, name: "threads", file: "ex6_threads.py", symptom: "memory climbs on every request though the model runs under no_grad()", kind: Kind::Python },
+    Info {
+        number: 1,
+        name: "graph",
+        file: "ex1_graph.rs",
+        symptom: "memory climbs by a forward pass's activations on every request",
+        kind: Kind::Rust,
+    },
+    Info {
+        number: 2,
+        name: "refs",
+        file: "ex2_refs.rs",
+        symptom: "memory climbs by one output per request",
+        kind: Kind::Rust,
+    },
+    Info {
+        number: 3,
+        name: "cache",
+        file: "ex3_cache.rs",
+        symptom: "memory climbs by one output per new input, forever",
+        kind: Kind::Rust,
+    },
+    Info {
+        number: 4,
+        name: "seed",
+        file: "ex4_seed.rs",
+        symptom: "the container of the story: all three at once",
+        kind: Kind::Rust,
+    },
+    Info {
+        number: 5,
+        name: "shapes",
+        file: "ex5_shapes.py",
+        symptom:
+            "a conv service's memory climbs with every new image size; no Python object holds it",
+        kind: Kind::Python,
+    },
+    Info {
+        number: 6,
+        name: "threads",
+        file: "ex6_threads.py",
+        symptom: "memory climbs on every request though the model runs under no_grad()",
+        kind: Kind::Python,
+    },
 ];
 
 pub fn info(n: usize) -> anyhow::Result<&'static Info> {
-    EXERCISES.iter().find(|e| e.number == n).ok_or_else(|| anyhow::anyhow!("no exercise {n}; `cargo xtask lab list` shows 1 to {}", EXERCISES.len()))
+    EXERCISES.iter().find(|e| e.number == n).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no exercise {n}; `cargo xtask lab list` shows 1 to {}",
+            EXERCISES.len()
+        )
+    })
 }
 
 /// Which copy of an exercise to run.
@@ -142,36 +184,58 @@ pub fn check(n: usize, service: &mut dyn Exercise) -> anyhow::Result<Outcome> {
     let wrong = RefCell::new(Vec::<String>::new());
     let report = TorchLeakCheck::new(WARMUP, ITERATIONS).run(|i| {
         let x = input(i);
-        let want = Vec::<f32>::try_from(leaklab_probe::inference_mode(|| model.forward(&x)).flatten(0, -1)).expect("f32");
+        let want = Vec::<f32>::try_from(
+            leaklab_probe::inference_mode(|| model.forward(&x)).flatten(0, -1),
+        )
+        .expect("f32");
         let got = service.handle(&model, &x);
         if let Err(e) = compare(&got, &want) {
             wrong.borrow_mut().push(format!("request {i}: {e}"));
         }
     });
-    let mut text = format!("Exercise {n} ({}), {} warm-up + {} requests of {ROWS} rows:\n", info.name, WARMUP, ITERATIONS);
+    let mut text = format!(
+        "Exercise {n} ({}), {} warm-up + {} requests of {ROWS} rows:\n",
+        info.name, WARMUP, ITERATIONS
+    );
     let (leaks, memory) = memory_finding(&report);
     text.push_str(&memory);
     let wrong = wrong.into_inner();
     if wrong.is_empty() {
         text.push_str("  Outputs are correct on every request.\n");
     } else {
-        text.push_str(&format!("  Outputs are WRONG on {} requests, e.g. {}.\n", wrong.len(), wrong[0]));
+        text.push_str(&format!(
+            "  Outputs are WRONG on {} requests, e.g. {}.\n",
+            wrong.len(),
+            wrong[0]
+        ));
     }
     let statistic = service.statistic();
     if !statistic.is_finite() {
         text.push_str("  The service's statistic is not a finite number: keep it working.\n");
     }
     let passed = !leaks && wrong.is_empty() && statistic.is_finite();
-    text.push_str(if passed { "  PASS: the leak is gone and the service still answers right.\n" } else { "  NOT YET: see above; lab/README.md has hints.\n" });
+    text.push_str(if passed {
+        "  PASS: the leak is gone and the service still answers right.\n"
+    } else {
+        "  NOT YET: see above; lab/README.md has hints.\n"
+    });
     Ok(Outcome { passed, text })
 }
 
 /// Whether answers match the true outputs, to f32 rounding; what differs first if not.
 pub fn compare(got: &[f32], want: &[f32]) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{} output values, expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{} output values, expected {}",
+            got.len(),
+            want.len()
+        ));
     }
-    match got.iter().zip(want).position(|(a, b)| (a - b).abs() > 1e-4 * (1.0 + b.abs())) {
+    match got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| (a - b).abs() > 1e-4 * (1.0 + b.abs()))
+    {
         Some(j) => Err(format!("output {j} is {}, expected {}", got[j], want[j])),
         None => Ok(()),
     }
@@ -191,7 +255,10 @@ pub fn memory_finding(report: &leaklab_detect::LeakReport) -> (bool, String) {
     let mut text = String::new();
     let leaks = match &probe.judgement {
         Ok(j) if j.verdict == Verdict::Leak => {
-            text.push_str(&format!("  It still leaks: {} per request stays allocated after handle() returns.\n", human_bytes(j.slope.bytes_per_request)));
+            text.push_str(&format!(
+                "  It still leaks: {} per request stays allocated after handle() returns.\n",
+                human_bytes(j.slope.bytes_per_request)
+            ));
             if let Some(p) = probe.projection {
                 text.push_str(&format!(
                     "  At that rate an 80 GB card that starts at 12 GB is full after {} requests: {:.0} hours at one request every 32 s.\n",
@@ -203,8 +270,15 @@ pub fn memory_finding(report: &leaklab_detect::LeakReport) -> (bool, String) {
             true
         }
         Ok(j) => {
-            let how = if j.verdict == Verdict::Plateau { "grows to a bound and stops (a bounded cache)" } else { "stays flat" };
-            text.push_str(&format!("  Memory {how}: {} per request after warm-up.\n", human_bytes(j.slope.bytes_per_request)));
+            let how = if j.verdict == Verdict::Plateau {
+                "grows to a bound and stops (a bounded cache)"
+            } else {
+                "stays flat"
+            };
+            text.push_str(&format!(
+                "  Memory {how}: {} per request after warm-up.\n",
+                human_bytes(j.slope.bytes_per_request)
+            ));
             false
         }
         Err(e) => {
@@ -219,10 +293,16 @@ pub fn memory_finding(report: &leaklab_detect::LeakReport) -> (bool, String) {
 pub fn reset(n: usize) -> anyhow::Result<()> {
     let info = info(n)?;
     if info.kind == Kind::Python {
-        std::fs::copy(python::file(info, Version::Original), python::file(info, Version::Learner))?;
+        std::fs::copy(
+            python::file(info, Version::Original),
+            python::file(info, Version::Learner),
+        )?;
         return Ok(());
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::copy(root.join("original").join(info.file), root.join("src").join(info.file))?;
+    std::fs::copy(
+        root.join("original").join(info.file),
+        root.join("src").join(info.file),
+    )?;
     Ok(())
 }

@@ -8,7 +8,10 @@ use leaklab_exercises::drill::{self, serve};
 use leaklab_exercises::{Kind, Version};
 
 #[derive(Parser)]
-#[command(name = "leaklab-exercises", about = "The workshop: exercises 1 to 6 and the incident drill")]
+#[command(
+    name = "leaklab-exercises",
+    about = "The workshop: exercises 1 to 6 and the incident drill"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -62,24 +65,40 @@ fn main() -> Result<()> {
     match Cli::parse().command.unwrap_or(Command::List) {
         Command::List => {
             for e in &leaklab_exercises::EXERCISES {
-                let folder = if e.kind == Kind::Python { "python" } else { "src" };
+                let folder = if e.kind == Kind::Python {
+                    "python"
+                } else {
+                    "src"
+                };
                 let path = format!("lab/exercises/{folder}/{}", e.file);
                 println!("{}  {:<7} {path:<36} {}", e.number, e.name, e.symptom);
             }
             println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the six)");
             println!("\nFix one, then `cargo xtask lab check N`; `cargo xtask lab reset N` starts it over. Hints: lab/README.md");
         }
-        Command::Check { which: Which::Incident, solution } => {
+        Command::Check {
+            which: Which::Incident,
+            solution,
+        } => {
             if !solution {
                 bail!("the learner's incident is checked by `cargo xtask lab check incident`");
             }
             // One reference fix serves every incident: the template with every fix in.
-            let outcome = drill::check::check(drill::service(&drill::INCIDENTS[0], Version::Solution)?.as_mut());
+            let outcome = drill::check::check(
+                drill::service(&drill::INCIDENTS[0], Version::Solution)?.as_mut(),
+            );
             print!("{}", outcome.text);
             std::process::exit(i32::from(!outcome.passed));
         }
-        Command::Check { which: Which::Exercise(n), solution } => {
-            let version = if solution { Version::Solution } else { Version::Learner };
+        Command::Check {
+            which: Which::Exercise(n),
+            solution,
+        } => {
+            let version = if solution {
+                Version::Solution
+            } else {
+                Version::Learner
+            };
             if leaklab_exercises::info(n)?.kind == Kind::Python {
                 let outcome = leaklab_exercises::python::check(n, version)?;
                 print!("{}", outcome.text);
@@ -91,22 +110,35 @@ fn main() -> Result<()> {
             print!("{}", outcome.text);
             std::process::exit(i32::from(!outcome.passed));
         }
-        Command::Reset { which: Which::Incident } => {
+        Command::Reset {
+            which: Which::Incident,
+        } => {
             drill::reset()?;
-            println!("{} restored to the incident's starting state", drill::learner_file().display());
+            println!(
+                "{} restored to the incident's starting state",
+                drill::learner_file().display()
+            );
         }
-        Command::Reset { which: Which::Exercise(n) } => {
+        Command::Reset {
+            which: Which::Exercise(n),
+        } => {
             leaklab_exercises::reset(n)?;
             println!("exercise {n} restored to its starting state");
         }
-        Command::Incident(IncidentCommand::Prepare(args)) => println!("{}", drill::prepare(args.new, args.seed)?),
+        Command::Incident(IncidentCommand::Prepare(args)) => {
+            println!("{}", drill::prepare(args.new, args.seed)?)
+        }
         Command::Incident(IncidentCommand::Traffic { out }) => {
             std::fs::create_dir_all(&out)?;
             drill::traffic::write_dir(&out)?;
         }
         Command::Incident(IncidentCommand::Serve { original, args }) => {
             let incident = drill::incident(&original)?;
-            serve::run(drill::service(incident, Version::Original)?, &args, |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"))?;
+            serve::run(
+                drill::service(incident, Version::Original)?,
+                &args,
+                |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"),
+            )?;
         }
         Command::Reveal { incident, json } => {
             let (incident, seed) = match incident {
@@ -144,7 +176,12 @@ impl std::str::FromStr for Which {
                 .ok()
                 .filter(|n| leaklab_exercises::info(*n).is_ok())
                 .map(Which::Exercise)
-                .ok_or_else(|| format!("which exercise? 1 to {}, or `incident`; got `{s}`", leaklab_exercises::EXERCISES.len())),
+                .ok_or_else(|| {
+                    format!(
+                        "which exercise? 1 to {}, or `incident`; got `{s}`",
+                        leaklab_exercises::EXERCISES.len()
+                    )
+                }),
         }
     }
 }

@@ -14,7 +14,11 @@ pub enum FeatureCache {
     // LEAK(cache): unbounded; each distinct input adds a tensor that stays forever.
     Leaky(HashMap<u64, Tensor>),
     // FIX(cache): least-recently-used entries are evicted once the cache holds `capacity_bytes`.
-    Fixed { entries: LruCache<u64, Tensor>, bytes: usize, capacity_bytes: usize },
+    Fixed {
+        entries: LruCache<u64, Tensor>,
+        bytes: usize,
+        capacity_bytes: usize,
+    },
 }
 
 pub fn tensor_bytes(t: &Tensor) -> usize {
@@ -25,7 +29,11 @@ impl FeatureCache {
     pub fn new(mode: Mode, capacity_bytes: usize) -> FeatureCache {
         match mode {
             Mode::Leaky => FeatureCache::Leaky(HashMap::new()),
-            Mode::Fixed => FeatureCache::Fixed { entries: LruCache::unbounded(), bytes: 0, capacity_bytes },
+            Mode::Fixed => FeatureCache::Fixed {
+                entries: LruCache::unbounded(),
+                bytes: 0,
+                capacity_bytes,
+            },
         }
     }
 
@@ -42,7 +50,11 @@ impl FeatureCache {
                 // LEAK(cache): nothing ever leaves this map.
                 map.insert(key, features.shallow_clone());
             }
-            FeatureCache::Fixed { entries, bytes, capacity_bytes } => {
+            FeatureCache::Fixed {
+                entries,
+                bytes,
+                capacity_bytes,
+            } => {
                 let size = tensor_bytes(features);
                 if size > *capacity_bytes {
                     return;

@@ -5,9 +5,9 @@
 //! That alone is freed with the output, but fold the output into a running statistic *as a
 //! tensor* (`acc = acc + y.mean()`) and every request's graph hangs off the statistic for good.
 
-use leaklab_vocab::Mode;
 use leaklab_model::Mlp;
 use leaklab_probe::inference_mode;
+use leaklab_vocab::Mode;
 use tch::{Kind, Tensor};
 
 /// The forward pass, in the mode the variant asks for.
@@ -34,7 +34,10 @@ pub enum RunningMean {
 impl RunningMean {
     pub fn new(mode: Mode) -> RunningMean {
         match mode {
-            Mode::Leaky => RunningMean::Leaky { acc: None, count: 0 },
+            Mode::Leaky => RunningMean::Leaky {
+                acc: None,
+                count: 0,
+            },
             Mode::Fixed => RunningMean::Fixed { sum: 0.0, count: 0 },
         }
     }
@@ -60,7 +63,10 @@ impl RunningMean {
 
     pub fn mean(&self) -> f64 {
         match self {
-            RunningMean::Leaky { acc: Some(acc), count } => acc.double_value(&[]) / *count as f64,
+            RunningMean::Leaky {
+                acc: Some(acc),
+                count,
+            } => acc.double_value(&[]) / *count as f64,
             RunningMean::Fixed { sum, count } if *count > 0 => sum / *count as f64,
             _ => 0.0,
         }

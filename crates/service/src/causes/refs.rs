@@ -12,14 +12,20 @@ pub enum History {
     // LEAK(refs): each request's output tensor is pushed and never dropped.
     Leaky(Vec<Tensor>),
     // FIX(refs): detached, moved to the CPU, reduced to an f64, and the history bounded.
-    Fixed { values: VecDeque<f64>, capacity: usize },
+    Fixed {
+        values: VecDeque<f64>,
+        capacity: usize,
+    },
 }
 
 impl History {
     pub fn new(mode: Mode, capacity: usize) -> History {
         match mode {
             Mode::Leaky => History::Leaky(Vec::new()),
-            Mode::Fixed => History::Fixed { values: VecDeque::with_capacity(capacity), capacity },
+            Mode::Fixed => History::Fixed {
+                values: VecDeque::with_capacity(capacity),
+                capacity,
+            },
         }
     }
 
@@ -29,7 +35,12 @@ impl History {
             History::Leaky(outputs) => outputs.push(y.shallow_clone()),
             History::Fixed { values, capacity } => {
                 // FIX(refs): only a number survives the request.
-                let peak = y.detach().to_device(Device::Cpu).abs().max().double_value(&[]);
+                let peak = y
+                    .detach()
+                    .to_device(Device::Cpu)
+                    .abs()
+                    .max()
+                    .double_value(&[]);
                 if values.len() == *capacity {
                     values.pop_front();
                 }
@@ -52,7 +63,10 @@ impl History {
     /// The largest |activation| among the requests kept.
     pub fn peak(&self) -> f64 {
         match self {
-            History::Leaky(outputs) => outputs.iter().map(|y| y.abs().max().double_value(&[])).fold(0.0, f64::max),
+            History::Leaky(outputs) => outputs
+                .iter()
+                .map(|y| y.abs().max().double_value(&[]))
+                .fold(0.0, f64::max),
             History::Fixed { values, .. } => values.iter().copied().fold(0.0, f64::max),
         }
     }

@@ -25,14 +25,32 @@ pub fn router(config: ServiceConfig) -> Router {
     leaklab_service::router(leaklab_service::app(config).expect("service starts"))
 }
 
-pub async fn call(router: &Router, method: &str, uri: &str, content_type: Option<&str>, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+pub async fn call(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, Vec<u8>) {
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);
     }
-    let resp = router.clone().oneshot(req.body(Body::from(body)).unwrap()).await.unwrap();
+    let resp = router
+        .clone()
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
-    (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+    (
+        status,
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
 }
 
 pub async fn infer(router: &Router, index: u64) -> (StatusCode, serde_json::Value) {
@@ -43,6 +61,11 @@ pub async fn infer(router: &Router, index: u64) -> (StatusCode, serde_json::Valu
 
 pub async fn get_json(router: &Router, uri: &str) -> serde_json::Value {
     let (status, bytes) = call(router, "GET", uri, None, Vec::new()).await;
-    assert_eq!(status, StatusCode::OK, "{uri}: {}", String::from_utf8_lossy(&bytes));
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{uri}: {}",
+        String::from_utf8_lossy(&bytes)
+    );
     serde_json::from_slice(&bytes).unwrap()
 }

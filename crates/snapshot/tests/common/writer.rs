@@ -37,7 +37,14 @@ impl<W: Write> Pickle<W> {
         };
         // CPython writes PROTO before framing starts.
         out.write_all(&[0x80, proto]).expect("write");
-        Pickle { out, writer, frame: Vec::with_capacity(80 << 10), written: 2, next_memo: 0, shared: HashMap::new() }
+        Pickle {
+            out,
+            writer,
+            frame: Vec::with_capacity(80 << 10),
+            written: 2,
+            next_memo: 0,
+            shared: HashMap::new(),
+        }
     }
 
     fn framed(&self) -> bool {
@@ -66,7 +73,10 @@ impl<W: Write> Pickle<W> {
         }
         let mut head = vec![0x95];
         head.extend_from_slice(&(self.frame.len() as u64).to_le_bytes());
-        self.out.write_all(&head).and_then(|()| self.out.write_all(&self.frame)).expect("write");
+        self.out
+            .write_all(&head)
+            .and_then(|()| self.out.write_all(&self.frame))
+            .expect("write");
         self.written += (head.len() + self.frame.len()) as u64;
         self.frame.clear();
     }
@@ -215,16 +225,30 @@ struct Bank {
 }
 
 fn bank(max_depth: usize, count: u64) -> Bank {
-    let torch = ["nn/modules/module.py", "nn/modules/linear.py", "nn/modules/conv.py", "nn/functional.py", "_tensor.py", "utils/_contextlib.py"];
-    let framework = ["starlette/routing.py", "fastapi/routing.py", "uvicorn/protocols/http/httptools_impl.py", "anyio/_backends/_asyncio.py", "asyncio/events.py"];
+    let torch = [
+        "nn/modules/module.py",
+        "nn/modules/linear.py",
+        "nn/modules/conv.py",
+        "nn/functional.py",
+        "_tensor.py",
+        "utils/_contextlib.py",
+    ];
+    let framework = [
+        "starlette/routing.py",
+        "fastapi/routing.py",
+        "uvicorn/protocols/http/httptools_impl.py",
+        "anyio/_backends/_asyncio.py",
+        "asyncio/events.py",
+    ];
     let mut frames = Vec::new();
     let mut ids = HashMap::new();
     let mut frame = |file: String, line: u64, name: String| -> usize {
         let n = ids.len();
-        *ids.entry((file.clone(), line, name.clone())).or_insert_with(|| {
-            frames.push((file, line, name));
-            n
-        })
+        *ids.entry((file.clone(), line, name.clone()))
+            .or_insert_with(|| {
+                frames.push((file, line, name));
+                n
+            })
     };
     let mut stacks = Vec::new();
     for s in 0..count {
@@ -232,19 +256,42 @@ fn bank(max_depth: usize, count: u64) -> Bank {
         let mut stack = Vec::with_capacity(depth);
         for t in 0..2 + h(s + 1) % 3 {
             let f = torch[(h(s * 7 + t) % 6) as usize];
-            stack.push(frame(format!("/srv/app/.venv/lib/python3.11/site-packages/torch/{f}"), 100 + h(s + t) % 1700, ["forward", "_call_impl", "_wrapped_call_impl", "linear", "decorate_context"][(h(t + s) % 5) as usize].into()));
+            stack.push(frame(
+                format!("/srv/app/.venv/lib/python3.11/site-packages/torch/{f}"),
+                100 + h(s + t) % 1700,
+                [
+                    "forward",
+                    "_call_impl",
+                    "_wrapped_call_impl",
+                    "linear",
+                    "decorate_context",
+                ][(h(t + s) % 5) as usize]
+                    .into(),
+            ));
         }
         for u in 0..2 + h(s + 2) % 5 {
             let k = h(s * 13 + u) % 60;
-            stack.push(frame(format!("/srv/app/service/handlers_{}.py", k % 12), 10 + h(k + u) % 400, format!("handle_step_{k}")));
+            stack.push(frame(
+                format!("/srv/app/service/handlers_{}.py", k % 12),
+                10 + h(k + u) % 400,
+                format!("handle_step_{k}"),
+            ));
         }
         while stack.len() < depth {
             let f = framework[(h(s + stack.len() as u64) % 5) as usize];
-            stack.push(frame(format!("/srv/app/.venv/lib/python3.11/site-packages/{f}"), 50 + h(s ^ stack.len() as u64) % 700, "run".into()));
+            stack.push(frame(
+                format!("/srv/app/.venv/lib/python3.11/site-packages/{f}"),
+                50 + h(s ^ stack.len() as u64) % 700,
+                "run".into(),
+            ));
         }
         // Small shapes (for tests) draw stacks of one to `max_depth` frames, so that lists of
         // one frame (written with APPEND, without a mark) occur.
-        stack.truncate(if max_depth < 8 { 1 + h(s ^ 77) as usize % max_depth } else { max_depth });
+        stack.truncate(if max_depth < 8 {
+            1 + h(s ^ 77) as usize % max_depth
+        } else {
+            max_depth
+        });
         stacks.push(stack);
     }
     Bank { frames, stacks }
@@ -271,16 +318,72 @@ pub struct Shape {
 impl Shape {
     /// The same writer and sharing at a size for tests: a few KB.
     pub fn small(&self) -> Shape {
-        Shape { max_segments: 3, blocks_per_segment: (1, 3), max_depth: 2, stacks: 5, ..*self }
+        Shape {
+            max_segments: 3,
+            blocks_per_segment: (1, 3),
+            max_depth: 2,
+            stacks: 5,
+            ..*self
+        }
     }
 }
 
 pub const SHAPES: [Shape; 5] = [
-    Shape { name: "memo", writer: Writer::Python(4), shared_frames: true, segment_share: 0.33, max_segments: 0, blocks_per_segment: (8, 64), devices: 1, max_depth: 24, stacks: 600 },
-    Shape { name: "fresh", writer: Writer::Python(2), shared_frames: false, segment_share: 0.33, max_segments: 0, blocks_per_segment: (8, 64), devices: 1, max_depth: 24, stacks: 600 },
-    Shape { name: "long-trace", writer: Writer::Python(5), shared_frames: true, segment_share: 0.0, max_segments: 8, blocks_per_segment: (32, 64), devices: 1, max_depth: 24, stacks: 600 },
-    Shape { name: "many-segments", writer: Writer::Python(4), shared_frames: true, segment_share: 0.995, max_segments: 0, blocks_per_segment: (2, 4), devices: 1, max_depth: 24, stacks: 600 },
-    Shape { name: "devices", writer: Writer::Serde, shared_frames: false, segment_share: 0.33, max_segments: 0, blocks_per_segment: (8, 64), devices: 4, max_depth: 24, stacks: 600 },
+    Shape {
+        name: "memo",
+        writer: Writer::Python(4),
+        shared_frames: true,
+        segment_share: 0.33,
+        max_segments: 0,
+        blocks_per_segment: (8, 64),
+        devices: 1,
+        max_depth: 24,
+        stacks: 600,
+    },
+    Shape {
+        name: "fresh",
+        writer: Writer::Python(2),
+        shared_frames: false,
+        segment_share: 0.33,
+        max_segments: 0,
+        blocks_per_segment: (8, 64),
+        devices: 1,
+        max_depth: 24,
+        stacks: 600,
+    },
+    Shape {
+        name: "long-trace",
+        writer: Writer::Python(5),
+        shared_frames: true,
+        segment_share: 0.0,
+        max_segments: 8,
+        blocks_per_segment: (32, 64),
+        devices: 1,
+        max_depth: 24,
+        stacks: 600,
+    },
+    Shape {
+        name: "many-segments",
+        writer: Writer::Python(4),
+        shared_frames: true,
+        segment_share: 0.995,
+        max_segments: 0,
+        blocks_per_segment: (2, 4),
+        devices: 1,
+        max_depth: 24,
+        stacks: 600,
+    },
+    Shape {
+        name: "devices",
+        writer: Writer::Serde,
+        shared_frames: false,
+        segment_share: 0.33,
+        max_segments: 0,
+        blocks_per_segment: (8, 64),
+        devices: 4,
+        max_depth: 24,
+        stacks: 600,
+    },
 ];
 
 fn frames<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, stack: Option<usize>) {
@@ -321,7 +424,13 @@ fn frames<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, stack: Option
 pub fn generate<W: Write>(out: W, shape: &Shape, target: u64, batch: usize) -> (W, u64) {
     let bank = bank(shape.max_depth, shape.stacks);
     let mut p = Pickle::new(out, shape.writer);
-    let big = |v: u64| if shape.writer == Writer::Serde { v | 1 << 63 } else { v };
+    let big = |v: u64| {
+        if shape.writer == Writer::Serde {
+            v | 1 << 63
+        } else {
+            v
+        }
+    };
     p.dict(|p| {
         p.key("segments");
         // The segments list is written in batches as it grows, since its length is not known.
@@ -329,13 +438,21 @@ pub fn generate<W: Write>(out: W, shape: &Shape, target: u64, batch: usize) -> (
         p.put();
         let (mut n, mut address) = (0u64, 0x7f00_0000_0000u64);
         let segment_bytes = (target as f64 * shape.segment_share) as u64;
-        let more = |n: u64, len: u64| if shape.max_segments > 0 { (n as usize) < shape.max_segments } else { n == 0 || len < segment_bytes };
+        let more = |n: u64, len: u64| {
+            if shape.max_segments > 0 {
+                (n as usize) < shape.max_segments
+            } else {
+                n == 0 || len < segment_bytes
+            }
+        };
         while more(n, p.len()) {
             p.raw(b"(");
             for _ in 0..batch {
                 let (lo, hi) = shape.blocks_per_segment;
                 let count = lo + h(n) % (hi - lo + 1);
-                let sizes: Vec<u64> = (0..count).map(|b| (1 + h(n * 64 + b) % 4096) * 512).collect();
+                let sizes: Vec<u64> = (0..count)
+                    .map(|b| (1 + h(n * 64 + b) % 4096) * 512)
+                    .collect();
                 let total: u64 = sizes.iter().sum();
                 p.dict(|p| {
                     p.key("device");
@@ -364,7 +481,13 @@ pub fn generate<W: Write>(out: W, shape: &Shape, target: u64, batch: usize) -> (
                     let mut offset = 0;
                     p.list(count as usize, |p, b| {
                         let r = h(n * 131 + b as u64);
-                        let state = ["active_allocated", "active_allocated", "active_allocated", "inactive", "active_pending_free"][(r % 5) as usize];
+                        let state = [
+                            "active_allocated",
+                            "active_allocated",
+                            "active_allocated",
+                            "inactive",
+                            "active_pending_free",
+                        ][(r % 5) as usize];
                         p.dict(|p| {
                             p.key("address");
                             p.int(big(address + offset));
@@ -375,7 +498,12 @@ pub fn generate<W: Write>(out: W, shape: &Shape, target: u64, batch: usize) -> (
                             p.key("state");
                             p.str(state, true);
                             p.key("frames");
-                            frames(p, &bank, shape, (state != "inactive").then_some((r % shape.stacks) as usize));
+                            frames(
+                                p,
+                                &bank,
+                                shape,
+                                (state != "inactive").then_some((r % shape.stacks) as usize),
+                            );
                         });
                         offset += sizes[b];
                     });
@@ -411,11 +539,24 @@ pub fn generate<W: Write>(out: W, shape: &Shape, target: u64, batch: usize) -> (
 
 /// One device's trace, until the file reaches `until` bytes: requests that allocate
 /// activations and free them, a few kept for good (the leak), a segment now and then.
-fn trace<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, device: u64, until: u64, batch: usize) {
+fn trace<W: Write>(
+    p: &mut Pickle<W>,
+    bank: &Bank,
+    shape: &Shape,
+    device: u64,
+    until: u64,
+    batch: usize,
+) {
     p.raw(b"]");
     p.put();
     let (mut t, mut event, mut request) = (1_700_000_000_000_000u64, 0u64, 0u64);
-    let big = |v: u64| if shape.writer == Writer::Serde { v | 1 << 63 } else { v };
+    let big = |v: u64| {
+        if shape.writer == Writer::Serde {
+            v | 1 << 63
+        } else {
+            v
+        }
+    };
     loop {
         // A batch of events at a time (the last batch too, for simplicity: the generator stops
         // on a batch boundary).
@@ -427,7 +568,12 @@ fn trace<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, device: u64, u
             let mut events: Vec<(&str, u64, u64, usize)> = Vec::new();
             for k in 0..4u64 {
                 let stack = (h(request * 4 + k) % shape.stacks) as usize;
-                events.push(("alloc", base + k * (1 << 20), (1 + h(request + k) % 2048) * 512, stack));
+                events.push((
+                    "alloc",
+                    base + k * (1 << 20),
+                    (1 + h(request + k) % 2048) * 512,
+                    stack,
+                ));
             }
             for k in 0..4u64 {
                 if kept && k == 0 {
@@ -476,4 +622,3 @@ fn trace<W: Write>(p: &mut Pickle<W>, bank: &Bank, shape: &Shape, device: u64, u
         }
     }
 }
-

@@ -24,7 +24,8 @@ pub const DRIFT_WINDOW: usize = 256;
 fn truth(model: &Mlp, r: &traffic::Request) -> Vec<f32> {
     leaklab_probe::inference_mode(|| {
         let x = Tensor::from_slice(&r.values).view([r.rows as i64, super::FEATURES]);
-        let features = (&x - x.mean_dim(-1, true, Dtype::Float)) / (x.std_dim(-1, false, true) + 1e-6);
+        let features =
+            (&x - x.mean_dim(-1, true, Dtype::Float)) / (x.std_dim(-1, false, true) + 1e-6);
         Vec::<f32>::try_from(model.forward(&features).flatten(0, -1)).expect("f32 answers")
     })
 }
@@ -63,8 +64,12 @@ pub fn check(service: &mut dyn Incident) -> Outcome {
         let ran_model = model.forward_calls() > before;
         match (r.kind, got) {
             (Kind::Raw, Err(_)) => tally.raw += 1,
-            (Kind::Raw, Ok(_)) => tally.wrong.push(format!("request {i}: raw features (values up to 1000) were answered instead of refused")),
-            (_, Err(e)) => tally.wrong.push(format!("request {i}: a good request was refused: {e}")),
+            (Kind::Raw, Ok(_)) => tally.wrong.push(format!(
+                "request {i}: raw features (values up to 1000) were answered instead of refused"
+            )),
+            (_, Err(e)) => tally
+                .wrong
+                .push(format!("request {i}: a good request was refused: {e}")),
             (kind, Ok(answers)) => {
                 let want = truth(&model, &r);
                 if let Err(e) = compare(&answers, &want) {
@@ -86,14 +91,24 @@ pub fn check(service: &mut dyn Incident) -> Outcome {
 
     let answers_right = tally.wrong.is_empty();
     if answers_right {
-        text.push_str(&format!("  Answers: right on all {} good requests, and all {} raw ones refused.\n", tally.good, tally.raw));
+        text.push_str(&format!(
+            "  Answers: right on all {} good requests, and all {} raw ones refused.\n",
+            tally.good, tally.raw
+        ));
     } else {
-        text.push_str(&format!("  Answers are WRONG on {} requests, e.g. {}.\n", tally.wrong.len(), tally.wrong[0]));
+        text.push_str(&format!(
+            "  Answers are WRONG on {} requests, e.g. {}.\n",
+            tally.wrong.len(),
+            tally.wrong[0]
+        ));
     }
 
     let cache_kept = tally.repeats_that_ran_the_model == 0 && tally.repeats > 0;
     if cache_kept {
-        text.push_str(&format!("  Cache: all {} repeated inputs were answered without running the model.\n", tally.repeats));
+        text.push_str(&format!(
+            "  Cache: all {} repeated inputs were answered without running the model.\n",
+            tally.repeats
+        ));
     } else {
         text.push_str(&format!(
             "  Cache: {} of {} repeated inputs ran the model again: the answers cache is gone or holds too little. It saves a forward pass on every retry, and a cache with a bound levels off: it is no leak. Keep it, bounded.\n",
@@ -103,11 +118,18 @@ pub fn check(service: &mut dyn Incident) -> Outcome {
 
     let stats = service.stats();
     let want_mean = tally.sum_of_means / tally.good.max(1) as f64;
-    let want_recent = tally.recent_means.iter().sum::<f64>() / tally.recent_means.len().max(1) as f64;
+    let want_recent =
+        tally.recent_means.iter().sum::<f64>() / tally.recent_means.len().max(1) as f64;
     let close = |got: f64, want: f64| (got - want).abs() <= 1e-5 + 1e-3 * want.abs();
-    let gauges_right = stats.served == tally.good && stats.rejected == tally.raw && close(stats.mean_output, want_mean) && close(stats.recent_mean, want_recent);
+    let gauges_right = stats.served == tally.good
+        && stats.rejected == tally.raw
+        && close(stats.mean_output, want_mean)
+        && close(stats.recent_mean, want_recent);
     if gauges_right {
-        text.push_str(&format!("  Gauges: {} served, {} refused, mean answer {:.5}, drift window mean {:.5}: right.\n", stats.served, stats.rejected, stats.mean_output, stats.recent_mean));
+        text.push_str(&format!(
+            "  Gauges: {} served, {} refused, mean answer {:.5}, drift window mean {:.5}: right.\n",
+            stats.served, stats.rejected, stats.mean_output, stats.recent_mean
+        ));
     } else {
         text.push_str(&format!(
             "  Gauges are WRONG: {} served (expected {}), {} refused (expected {}), mean answer {:.5} (expected {want_mean:.5}), drift window mean {:.5} (expected {want_recent:.5}): the service's metrics must keep working.\n",

@@ -120,7 +120,12 @@ pub const INCIDENTS: [IncidentInfo; 6] = [
 
 /// The incident called `name`.
 pub fn incident(name: &str) -> Result<&'static IncidentInfo> {
-    INCIDENTS.iter().find(|i| i.name == name).with_context(|| format!("no incident `{name}`; there are {}", INCIDENTS.map(|i| i.name).join(", ")))
+    INCIDENTS.iter().find(|i| i.name == name).with_context(|| {
+        format!(
+            "no incident `{name}`; there are {}",
+            INCIDENTS.map(|i| i.name).join(", ")
+        )
+    })
 }
 
 /// The incident a seed picks.
@@ -190,7 +195,12 @@ pub fn current() -> Result<Option<(&'static IncidentInfo, u64)>> {
     let path = state_dir().join("seed");
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let seed = text.trim().parse().with_context(|| format!("{} is not a seed; start anew with `cargo xtask lab incident --new`", path.display()))?;
+            let seed = text.trim().parse().with_context(|| {
+                format!(
+                    "{} is not a seed; start anew with `cargo xtask lab incident --new`",
+                    path.display()
+                )
+            })?;
             Ok(Some((pick(seed), seed)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -228,21 +238,28 @@ pub fn prepare(new: bool, seed: Option<u64>) -> Result<String> {
     let incident = pick(seed);
     std::fs::create_dir_all(traffic_dir())?;
     traffic::write_dir(&traffic_dir())?;
-    std::fs::write(&file, learner_text(incident)).with_context(|| format!("cannot write {}", file.display()))?;
+    std::fs::write(&file, learner_text(incident))
+        .with_context(|| format!("cannot write {}", file.display()))?;
     std::fs::write(state_dir().join("seed"), format!("{seed}\n"))?;
-    Ok(format!("A new incident: {} is the handler of the service that is paging.", file.display()))
+    Ok(format!(
+        "A new incident: {} is the handler of the service that is paging.",
+        file.display()
+    ))
 }
 
 /// Restores the learner's copy of the incident in progress.
 pub fn reset() -> Result<()> {
-    let (incident, _) = current()?.context("no incident in progress: `cargo xtask lab incident` starts one")?;
+    let (incident, _) =
+        current()?.context("no incident in progress: `cargo xtask lab incident` starts one")?;
     std::fs::write(learner_file(), learner_text(incident))?;
     Ok(())
 }
 
 /// A seed nobody chose: the clock and the process id, mixed.
 fn random_seed() -> u64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     leaklab_vocab::SeededRng::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64()
 }
 
@@ -273,18 +290,46 @@ pub fn reveal(incident: &'static IncidentInfo, seed: Option<u64>) -> Reveal {
         lines
             .into_iter()
             .enumerate()
-            .filter(|(_, l)| l.tag.is_some_and(|t| t.incident == incident.lines_of && t.leak == leak))
-            .map(|(i, l)| NumberedLine { line: i + 1, code: l.code.trim().to_string() })
+            .filter(|(_, l)| {
+                l.tag
+                    .is_some_and(|t| t.incident == incident.lines_of && t.leak == leak)
+            })
+            .map(|(i, l)| NumberedLine {
+                line: i + 1,
+                code: l.code.trim().to_string(),
+            })
             .collect()
     };
     let shipped = shipped(incident);
-    let born = shipped.iter().position(|l| l.code.contains(incident.born_at)).map_or(NumberedLine { line: 0, code: incident.born_at.into() }, |i| NumberedLine { line: i + 1, code: shipped[i].code.trim().to_string() });
+    let born = shipped
+        .iter()
+        .position(|l| l.code.contains(incident.born_at))
+        .map_or(
+            NumberedLine {
+                line: 0,
+                code: incident.born_at.into(),
+            },
+            |i| NumberedLine {
+                line: i + 1,
+                code: shipped[i].code.trim().to_string(),
+            },
+        );
     let (lines, fix) = if incident.cause.is_some() {
-        (numbered(shipped, true), numbered(render::render(render::TEMPLATE, None), false))
+        (
+            numbered(shipped, true),
+            numbered(render::render(render::TEMPLATE, None), false),
+        )
     } else {
         (numbered(shipped, false), Vec::new())
     };
-    Reveal { incident, seed, file: "lab/exercises/src/incident.rs".into(), born, lines, fix }
+    Reveal {
+        incident,
+        seed,
+        file: "lab/exercises/src/incident.rs".into(),
+        born,
+        lines,
+        fix,
+    }
 }
 
 impl std::fmt::Display for Reveal {
@@ -300,10 +345,21 @@ impl std::fmt::Display for Reveal {
             None => "none, nothing leaked",
         };
         writeln!(f, "  Cause: {cause}. Runbook: {}.", i.runbook)?;
-        let width = self.lines.iter().chain(&self.fix).chain([&self.born]).map(|l| l.line.to_string().len()).max().unwrap_or(1);
+        let width = self
+            .lines
+            .iter()
+            .chain(&self.fix)
+            .chain([&self.born])
+            .map(|l| l.line.to_string().len())
+            .max()
+            .unwrap_or(1);
         writeln!(f, "\n  Where the held tensors were born (the first frame in your code a snapshot names), in {}:", self.file)?;
         writeln!(f, "    {:>width$} | {}", self.born.line, self.born.code)?;
-        let heading = if i.cause.is_some() { "The lines that kept them" } else { "The lines that bound the cache" };
+        let heading = if i.cause.is_some() {
+            "The lines that kept them"
+        } else {
+            "The lines that bound the cache"
+        };
         writeln!(f, "\n  {heading}, as the incident started:")?;
         for l in &self.lines {
             writeln!(f, "    {:>width$} | {}", l.line, l.code)?;
@@ -328,15 +384,37 @@ mod tests {
     fn the_catalogue_and_the_templates_tags_name_the_same_incidents() {
         let mut tagged = render::tagged_incidents(render::TEMPLATE);
         tagged.sort();
-        let mut leaking: Vec<&str> = INCIDENTS.iter().filter(|i| i.cause.is_some()).map(|i| i.name).collect();
+        let mut leaking: Vec<&str> = INCIDENTS
+            .iter()
+            .filter(|i| i.cause.is_some())
+            .map(|i| i.name)
+            .collect();
         leaking.sort();
-        assert_eq!(tagged, leaking, "every leaking incident has tagged lines in the template, and only they do");
+        assert_eq!(
+            tagged, leaking,
+            "every leaking incident has tagged lines in the template, and only they do"
+        );
         for i in &INCIDENTS {
-            assert!(tagged.contains(&i.lines_of), "{}: its lines come from `{}`, which the template does not tag", i.name, i.lines_of);
+            assert!(
+                tagged.contains(&i.lines_of),
+                "{}: its lines come from `{}`, which the template does not tag",
+                i.name,
+                i.lines_of
+            );
             let r = reveal(i, None);
             assert!(!r.lines.is_empty(), "{}: no lines to reveal", i.name);
-            assert!(r.born.line > 0, "{}: `{}` is on no line of its handler", i.name, i.born_at);
-            assert_eq!(r.fix.is_empty(), i.cause.is_none(), "{}: a fix exactly where something leaks", i.name);
+            assert!(
+                r.born.line > 0,
+                "{}: `{}` is on no line of its handler",
+                i.name,
+                i.born_at
+            );
+            assert_eq!(
+                r.fix.is_empty(),
+                i.cause.is_none(),
+                "{}: a fix exactly where something leaks",
+                i.name
+            );
         }
     }
 
@@ -351,8 +429,14 @@ mod tests {
     #[test]
     fn every_leak_line_has_a_reason_and_its_fix_twin_in_the_same_cause() {
         for (_, t) in render::TEMPLATE.lines().filter_map(render::tag) {
-            assert!(["graph", "refs", "cache"].contains(&t.cause), "unknown cause {t:?}");
-            let twin = render::TEMPLATE.lines().filter_map(render::tag).any(|(_, o)| o.leak != t.leak && o.incident == t.incident && o.cause == t.cause);
+            assert!(
+                ["graph", "refs", "cache"].contains(&t.cause),
+                "unknown cause {t:?}"
+            );
+            let twin = render::TEMPLATE
+                .lines()
+                .filter_map(render::tag)
+                .any(|(_, o)| o.leak != t.leak && o.incident == t.incident && o.cause == t.cause);
             assert!(twin, "{t:?} has no twin of the other kind");
         }
     }
@@ -362,9 +446,17 @@ mod tests {
         for i in &INCIDENTS {
             let text = learner_text(i);
             for giveaway in ["LEAK(", "FIX(", "//#"] {
-                assert!(!text.contains(giveaway), "{}: the learner's copy contains {giveaway}", i.name);
+                assert!(
+                    !text.contains(giveaway),
+                    "{}: the learner's copy contains {giveaway}",
+                    i.name
+                );
             }
-            assert!(text.starts_with("//!") && text.ends_with("}\n"), "{}", i.name);
+            assert!(
+                text.starts_with("//!") && text.ends_with("}\n"),
+                "{}",
+                i.name
+            );
         }
     }
 }

@@ -23,12 +23,22 @@ pub struct Tag<'a> {
 
 /// The tag of `line` and where its comment starts, if it has one.
 pub fn tag(line: &str) -> Option<(usize, Tag<'_>)> {
-    [("// LEAK(", true), ("// FIX(", false)].into_iter().find_map(|(marker, leak)| {
-        let at = line.find(marker)?;
-        let (cause, rest) = line[at + marker.len()..].split_once(") ")?;
-        let (incident, why) = rest.split_once(':').unwrap_or((rest, ""));
-        Some((at, Tag { leak, cause, incident: incident.trim(), why: why.trim() }))
-    })
+    [("// LEAK(", true), ("// FIX(", false)]
+        .into_iter()
+        .find_map(|(marker, leak)| {
+            let at = line.find(marker)?;
+            let (cause, rest) = line[at + marker.len()..].split_once(") ")?;
+            let (incident, why) = rest.split_once(':').unwrap_or((rest, ""));
+            Some((
+                at,
+                Tag {
+                    leak,
+                    cause,
+                    incident: incident.trim(),
+                    why: why.trim(),
+                },
+            ))
+        })
 }
 
 /// One line of a rendered handler.
@@ -46,7 +56,10 @@ pub fn render<'a>(template: &'a str, incident: Option<&str>) -> Vec<Line<'a>> {
         .filter(|l| !l.starts_with("//#"))
         .filter_map(|l| match tag(l) {
             None => Some(Line { code: l, tag: None }),
-            Some((at, t)) => (t.leak == (Some(t.incident) == incident)).then(|| Line { code: l[..at].trim_end(), tag: Some(t) }),
+            Some((at, t)) => (t.leak == (Some(t.incident) == incident)).then(|| Line {
+                code: l[..at].trim_end(),
+                tag: Some(t),
+            }),
         })
         .collect()
 }
@@ -62,11 +75,23 @@ pub fn included_text(lines: &[Line]) -> String {
     lines
         .iter()
         .map(|l| {
-            let code = l.code.strip_prefix("//!").map_or(l.code.to_string(), |rest| format!("//{rest}"));
+            let code = l
+                .code
+                .strip_prefix("//!")
+                .map_or(l.code.to_string(), |rest| format!("//{rest}"));
             match l.tag {
                 Some(t) => {
-                    let why = if t.why.is_empty() { String::new() } else { format!(": {}", t.why) };
-                    format!("{code} // {}({}) {}{why}\n", if t.leak { "LEAK" } else { "FIX" }, t.cause, t.incident)
+                    let why = if t.why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", t.why)
+                    };
+                    format!(
+                        "{code} // {}({}) {}{why}\n",
+                        if t.leak { "LEAK" } else { "FIX" },
+                        t.cause,
+                        t.incident
+                    )
                 }
                 None => format!("{code}\n"),
             }
@@ -111,16 +136,30 @@ mod tests {
     fn the_learners_copy_has_no_tags_and_the_included_one_keeps_them_line_for_line() {
         let lines = render(T, Some("x"));
         let learner = learner_text(&lines);
-        assert!(!learner.contains("LEAK") && !learner.contains("FIX") && !learner.contains("note"), "{learner}");
+        assert!(
+            !learner.contains("LEAK") && !learner.contains("FIX") && !learner.contains("note"),
+            "{learner}"
+        );
         let included = included_text(&lines);
         assert_eq!(included.lines().count(), learner.lines().count());
-        assert!(included.starts_with("// doc\n") && included.contains("keep(a.clone()); // LEAK(refs) x: the leak"), "{included}");
+        assert!(
+            included.starts_with("// doc\n")
+                && included.contains("keep(a.clone()); // LEAK(refs) x: the leak"),
+            "{included}"
+        );
     }
 
     #[test]
     fn tags_parse_with_or_without_a_reason() {
-        assert_eq!(tag("a(); // LEAK(graph) g: why").map(|(at, t)| (at, t.leak, t.cause, t.incident, t.why)), Some((5, true, "graph", "g", "why")));
-        assert_eq!(tag("b(); // FIX(graph) g").map(|(_, t)| (t.leak, t.incident, t.why)), Some((false, "g", "")));
+        assert_eq!(
+            tag("a(); // LEAK(graph) g: why")
+                .map(|(at, t)| (at, t.leak, t.cause, t.incident, t.why)),
+            Some((5, true, "graph", "g", "why"))
+        );
+        assert_eq!(
+            tag("b(); // FIX(graph) g").map(|(_, t)| (t.leak, t.incident, t.why)),
+            Some((false, "g", ""))
+        );
         assert_eq!(tag("c(); // a comment"), None);
     }
 }

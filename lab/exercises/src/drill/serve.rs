@@ -39,8 +39,15 @@ pub struct IncidentArgs {
 /// instrument's commands with this service's address and PID filled in.
 pub fn briefing(addr: SocketAddr) -> String {
     let root = super::workspace_root();
-    let relative = |p: std::path::PathBuf| p.canonicalize().ok().and_then(|p| p.strip_prefix(&root).ok().map(|r| r.display().to_string())).unwrap_or_else(|| p.display().to_string());
-    let leaklab = std::env::current_exe().map(|e| relative(e.with_file_name("leaklab"))).unwrap_or_else(|_| "leaklab".into());
+    let relative = |p: std::path::PathBuf| {
+        p.canonicalize()
+            .ok()
+            .and_then(|p| p.strip_prefix(&root).ok().map(|r| r.display().to_string()))
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let leaklab = std::env::current_exe()
+        .map(|e| relative(e.with_file_name("leaklab")))
+        .unwrap_or_else(|_| "leaklab".into());
     let traffic = relative(super::traffic_dir());
     let (pid, base) = (std::process::id(), format!("http://{addr}"));
     format!(
@@ -88,7 +95,12 @@ impl IncidentHandler {
     /// `incident`'s handler over the lab model (built here, on the CPU).
     pub fn new(incident: Box<dyn Incident>) -> anyhow::Result<IncidentHandler> {
         cpu::install()?;
-        Ok(IncidentHandler { incident, model: Mlp::new(Scale::Default.config(), tch::Device::Cpu), sampler: Sampler::new(Probes::cpu()), requests: 0 })
+        Ok(IncidentHandler {
+            incident,
+            model: Mlp::new(Scale::Default.config(), tch::Device::Cpu),
+            sampler: Sampler::new(Probes::cpu()),
+            requests: 0,
+        })
     }
 }
 
@@ -107,11 +119,18 @@ impl Handler for IncidentHandler {
     fn infer(&mut self, batch: &Batch) -> Result<Inference, InferError> {
         // A cached answer is one the handler gave without running the model.
         let before = self.model.forward_calls();
-        let flat = self.incident.handle(&self.model, batch.rows, &batch.values).map_err(InferError::Refused)?;
+        let flat = self
+            .incident
+            .handle(&self.model, batch.rows, &batch.values)
+            .map_err(InferError::Refused)?;
         let cached = self.model.forward_calls() == before;
         self.requests += 1;
         let width = (flat.len() / batch.rows).max(1);
-        Ok(Inference { request: self.requests, outputs: flat.chunks(width).map(<[f32]>::to_vec).collect(), cached })
+        Ok(Inference {
+            request: self.requests,
+            outputs: flat.chunks(width).map(<[f32]>::to_vec).collect(),
+            cached,
+        })
     }
 
     fn requests(&self) -> u64 {
@@ -124,7 +143,12 @@ impl Handler for IncidentHandler {
 
     fn sample(&mut self, latency_us: u64, depth: SampleDepth) -> RequestSample {
         // The handler runs in no stage context: every byte it keeps is in the default one.
-        RequestSample { request: self.requests, latency_us, stage_live_bytes: StageBytes::default(), memory: self.sampler.memory(depth) }
+        RequestSample {
+            request: self.requests,
+            latency_us,
+            stage_live_bytes: StageBytes::default(),
+            memory: self.sampler.memory(depth),
+        }
     }
 
     fn stages(&self) -> bool {
@@ -138,11 +162,31 @@ impl Handler for IncidentHandler {
     fn gauges(&self) -> Vec<OwnGauge> {
         let s = self.incident.stats();
         vec![
-            OwnGauge { name: "incident_served", help: "Requests the handler answered", value: s.served as f64 },
-            OwnGauge { name: "incident_refused", help: "Requests the handler refused", value: s.rejected as f64 },
-            OwnGauge { name: "incident_cache_entries", help: "Answers in the answers cache", value: s.cache_entries as f64 },
-            OwnGauge { name: "incident_mean_output", help: "Mean of every answer's mean", value: s.mean_output },
-            OwnGauge { name: "incident_drift_window_mean", help: "Mean of the recent answers' means (the drift monitor)", value: s.recent_mean },
+            OwnGauge {
+                name: "incident_served",
+                help: "Requests the handler answered",
+                value: s.served as f64,
+            },
+            OwnGauge {
+                name: "incident_refused",
+                help: "Requests the handler refused",
+                value: s.rejected as f64,
+            },
+            OwnGauge {
+                name: "incident_cache_entries",
+                help: "Answers in the answers cache",
+                value: s.cache_entries as f64,
+            },
+            OwnGauge {
+                name: "incident_mean_output",
+                help: "Mean of every answer's mean",
+                value: s.mean_output,
+            },
+            OwnGauge {
+                name: "incident_drift_window_mean",
+                help: "Mean of the recent answers' means (the drift monitor)",
+                value: s.recent_mean,
+            },
         ]
     }
 }
@@ -157,8 +201,19 @@ pub fn http_config(history: usize) -> HttpConfig {
 }
 
 /// Serves `incident` on 127.0.0.1 until interrupted; `started` hears the bound address first.
-pub fn run(incident: Box<dyn Incident>, args: &IncidentArgs, started: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+pub fn run(
+    incident: Box<dyn Incident>,
+    args: &IncidentArgs,
+    started: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
     let app = App::new(IncidentHandler::new(incident)?, http_config(args.history))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(leaklab_service::serve_app(app, SocketAddr::from(([127, 0, 0, 1], args.port)), started))
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(leaklab_service::serve_app(
+        app,
+        SocketAddr::from(([127, 0, 0, 1], args.port)),
+        started,
+    ))
 }

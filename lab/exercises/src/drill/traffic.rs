@@ -33,16 +33,30 @@ pub struct Request {
 /// Request `i` of the traffic.
 pub fn request(i: usize) -> Request {
     if i % 8 == 7 {
-        return Request { kind: Kind::Raw, rows: RAW_ROWS, values: values(0xBAD0_0000 + i as u64, RAW_ROWS, 1000.0) };
+        return Request {
+            kind: Kind::Raw,
+            rows: RAW_ROWS,
+            values: values(0xBAD0_0000 + i as u64, RAW_ROWS, 1000.0),
+        };
     }
     let good = i - i / 8;
-    let (kind, input) = if good % 5 == 4 { (Kind::Repeat, good - 3) } else { (Kind::New, good) };
-    Request { kind, rows: ROWS, values: values(input as u64, ROWS, 3.0) }
+    let (kind, input) = if good % 5 == 4 {
+        (Kind::Repeat, good - 3)
+    } else {
+        (Kind::New, good)
+    };
+    Request {
+        kind,
+        rows: ROWS,
+        values: values(input as u64, ROWS, 3.0),
+    }
 }
 
 fn values(seed: u64, rows: usize, scale: f64) -> Vec<f32> {
     let mut rng = SeededRng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1BC1_DE17);
-    (0..rows * FEATURES).map(|_| (rng.symmetric() * scale) as f32).collect()
+    (0..rows * FEATURES)
+        .map(|_| (rng.symmetric() * scale) as f32)
+        .collect()
 }
 
 /// Request `i` as the JSON body the service takes.
@@ -76,8 +90,17 @@ mod tests {
                 Kind::Raw => assert!(r.rows == RAW_ROWS && r.values.iter().any(|v| v.abs() > 50.0)),
                 Kind::New => assert!(r.values.iter().all(|v| v.abs() <= 3.0)),
                 Kind::Repeat => {
-                    let earlier = requests[..i].iter().rev().filter(|e| e.kind != Kind::Raw).nth(2).unwrap();
-                    assert_eq!((earlier.kind, &earlier.values), (Kind::New, &r.values), "request {i}");
+                    let earlier = requests[..i]
+                        .iter()
+                        .rev()
+                        .filter(|e| e.kind != Kind::Raw)
+                        .nth(2)
+                        .unwrap();
+                    assert_eq!(
+                        (earlier.kind, &earlier.values),
+                        (Kind::New, &r.values),
+                        "request {i}"
+                    );
                 }
             }
         }

@@ -1,0 +1,1193 @@
+//! The zoo's driver (issue 37): every cause in `lab/zoo` served leaky and fixed, scanned from
+//! outside by the `leaklab` binary exactly as docs/zoo.md tells a learner to, and compared with
+//! what the entry predicted before it was measured. One table, one report.
+//!
+//! The entries are Python modules; the driver knows them only through `serve.py`: `--list`
+//! (every `ENTRY` as JSON), `NAME --bodies DIR` (the bodies the scan sends) and
+//! `NAME --variant V` (the service, which prints `listening on http://…`). The scan is the
+//! released binary, run with the entry's own budget flags, so an entry is judged by the very
+//! command a user runs, and its JSON is read back as the scan's own `ScanReport`.
+//!
+//! The verdict is checked today. The growth axis and the owner are the entry's predictions: the
+//! diagnosis (issue 38) measures them; until then the table shows them as expected, beside what
+//! the scan's RSS and anonymous series and the agent's census already say, the census coloured
+//! by whether it agrees with the predicted owner (a Python holder grows exactly when the owner
+//! is Python).
+
+use anyhow::{bail, Context, Result};
+use leaklab_detect::Verdict;
+use leaklab_report::page::{Page, Section, Summary};
+use leaklab_report::{human_bytes, human_duration, Cell, Outcome, Report, Table, Tone};
+use leaklab_scan::ScanReport;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Seek};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The two services of a cause: the bug as reported, and the same with its fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZooVariant {
+    Leaky,
+    Fixed,
+}
+
+impl ZooVariant {
+    pub const BOTH: [ZooVariant; 2] = [ZooVariant::Leaky, ZooVariant::Fixed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ZooVariant::Leaky => "leaky",
+            ZooVariant::Fixed => "fixed",
+        }
+    }
+}
+
+/// The axis along which memory grows (lab/zoo/_zoo.py says what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Axis {
+    PerRequest,
+    PerNewInput,
+    PerNewThread,
+    OtherProcess,
+    Bounded,
+    GivenBack,
+    None,
+}
+
+/// Where the growing memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    Python,
+    Native,
+    OtherProcess,
+    None,
+}
+
+/// What should see a cause: the scan from outside, the agent's census inside the service, the
+/// pytest plugin in-process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Instrument {
+    Scan,
+    Agent,
+    Plugin,
+}
+
+/// How the scan's bodies are made: one body again and again, one body nudged by value per
+/// request (`--vary`), or a folder of bodies of distinct shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inputs {
+    Same,
+    Vary,
+    Shapes,
+}
+
+/// What one variant should get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expect {
+    /// `pass` or `fail`, under the entry's budget.
+    pub verdict: Outcome,
+    pub axis: Axis,
+    pub owner: Owner,
+}
+
+/// One cause, as `serve.py --list` describes it (the `Entry` of lab/zoo/_zoo.py).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub name: String,
+    pub title: String,
+    /// "pytorch/pytorch#27971": repository#number.
+    pub reports: Vec<String>,
+    pub symptom: String,
+    pub instruments: Vec<Instrument>,
+    pub below_python: bool,
+    /// Must not be judged a leak: both variants pass.
+    pub must_pass: bool,
+    pub leaky: Expect,
+    pub fixed: Expect,
+    /// The scan's budget flags, as given on its command line.
+    pub budget: Vec<String>,
+    pub inputs: Inputs,
+    pub requests: usize,
+    pub warmup: usize,
+    #[serde(default)]
+    pub env: BTreeMap<String, BTreeMap<String, String>>,
+    /// Why today's instrument cannot fail this leaky variant (empty when it can): the entry
+    /// then states the verdict it gets now (pass), and the diagnosis (issue 38) adds the rest.
+    #[serde(default)]
+    pub known_miss: String,
+}
+
+impl Entry {
+    pub fn expect(&self, variant: ZooVariant) -> Expect {
+        match variant {
+            ZooVariant::Leaky => self.leaky,
+            ZooVariant::Fixed => self.fixed,
+        }
+    }
+
+    /// The zoo's contract on predictions (issue 37): a leak's leaky variant fails and its fixed
+    /// twin passes; a must-pass entry passes both; a leak today's instrument misses says why
+    /// (`known_miss`) and states the pass it gets now. What breaks it, in words.
+    pub fn contract_broken(&self) -> Option<String> {
+        let missed = !self.known_miss.is_empty();
+        let wanted = if self.must_pass || missed {
+            (Outcome::Pass, Outcome::Pass)
+        } else {
+            (Outcome::Fail, Outcome::Pass)
+        };
+        let got = (self.leaky.verdict, self.fixed.verdict);
+        (got != wanted).then(|| {
+            let kind = if self.must_pass {
+                "a must-pass entry expects pass and pass"
+            } else if missed {
+                "a known miss states the pass it gets now, and pass (fixed)"
+            } else {
+                "a leak expects fail (leaky) and pass (fixed)"
+            };
+            format!(
+                "{}: {kind}, it declares {:?} and {:?}",
+                self.name, got.0, got.1
+            )
+        })
+    }
+}
+
+/// `leaklab run-lab --zoo`: where the zoo is, what runs it, which causes.
+#[derive(Debug, Clone)]
+pub struct ZooCommand {
+    /// The folder of the entries and serve.py (lab/zoo).
+    pub zoo: PathBuf,
+    /// The python with torch and FastAPI (default: $LEAKLAB_PYTHON, else python3).
+    pub python: Option<PathBuf>,
+    /// The `leaklab` binary that scans (default: beside the running executable).
+    pub leaklab: Option<PathBuf>,
+    /// Causes to run, by name; all when empty.
+    pub only: Vec<String>,
+    /// Services at a time (each one python process and one scan).
+    pub jobs: usize,
+    /// Each variant's scan report goes into `out/NAME-VARIANT/`.
+    pub out: PathBuf,
+    /// Longest wait for a service to print its address (torch's import is most of it).
+    pub start_timeout: Duration,
+    /// Say nothing on stderr as variants finish (for `--json`).
+    pub quiet: bool,
+}
+
+impl ZooCommand {
+    /// The defaults of `cargo xtask run-lab --zoo`, run from the repository's root.
+    pub fn new(zoo: PathBuf, out: PathBuf) -> ZooCommand {
+        ZooCommand {
+            zoo,
+            python: None,
+            leaklab: None,
+            only: Vec::new(),
+            jobs: 2,
+            out,
+            start_timeout: Duration::from_secs(180),
+            quiet: false,
+        }
+    }
+
+    fn python(&self) -> PathBuf {
+        self.python
+            .clone()
+            .or_else(|| std::env::var_os("LEAKLAB_PYTHON").map(PathBuf::from))
+            .unwrap_or_else(|| "python3".into())
+    }
+
+    fn serve_py(&self) -> PathBuf {
+        self.zoo.join("serve.py")
+    }
+}
+
+/// `leaklab-lab run-lab --zoo`'s flags, flattened into run-lab's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ZooArgs {
+    /// Run the zoo instead of the lab's service: every cause of lab/zoo, leaky and fixed,
+    /// scanned and compared with its entry's prediction (report in OUT/zoo).
+    #[arg(long)]
+    pub zoo: bool,
+    /// With --zoo: only this cause (repeat the flag).
+    #[arg(long, requires = "zoo", value_name = "NAME")]
+    pub only: Vec<String>,
+    /// With --zoo: the folder of the entries and serve.py.
+    #[arg(long, requires = "zoo", default_value = "lab/zoo")]
+    pub zoo_dir: PathBuf,
+    /// With --zoo: services at a time.
+    #[arg(long, requires = "zoo", default_value_t = 2)]
+    pub jobs: usize,
+}
+
+/// `leaklab-lab run-lab --zoo`: the zoo run, its report written into `out/zoo`, printed, and
+/// the exit code (1 when a variant did not get its predicted verdict).
+pub fn finish(args: ZooArgs, out: &Path, json: bool) -> std::process::ExitCode {
+    let out = out.join("zoo");
+    let mut cmd = ZooCommand::new(args.zoo_dir, out.clone());
+    cmd.only = args.only;
+    cmd.jobs = args.jobs;
+    cmd.quiet = json;
+    leaklab_report::finish(
+        "run-lab --zoo",
+        run(&cmd),
+        &leaklab_report::Output::folder(&out, json),
+    )
+}
+
+/// The `leaklab` binary: `explicit`, else the one beside the running executable (cargo and
+/// the wheel put it there; it is the running executable under `leaklab run-lab --zoo`).
+pub fn locate_leaklab(explicit: Option<PathBuf>) -> Result<PathBuf> {
+    let path = match explicit {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("cannot tell where this executable is")?
+            .with_file_name("leaklab"),
+    };
+    if !path.is_file() {
+        bail!(
+            "the `leaklab` binary is not at {}: build it with `cargo build -p leaklab`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Every entry, as serve.py lists them.
+pub fn list(python: &Path, serve_py: &Path) -> Result<Vec<Entry>> {
+    if !serve_py.is_file() {
+        bail!(
+            "no zoo at {}: run from the repository's root, or name the folder of lab/zoo",
+            serve_py.display()
+        );
+    }
+    let out = Command::new(python)
+        .arg(serve_py)
+        .arg("--list")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} --list failed ({}): {}",
+            python.display(),
+            serve_py.display(),
+            out.status,
+            tail(&String::from_utf8_lossy(&out.stderr), 5)
+        );
+    }
+    serde_json::from_slice(&out.stdout)
+        .context("serve.py --list printed something other than the entries' JSON")
+}
+
+/// What the scan's RSS or anonymous series says: its slope with its bound and its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesFigure {
+    pub series: String,
+    pub verdict: Verdict,
+    pub bytes_per_request: f64,
+    /// Half the width of the slope's interval.
+    pub bound: f64,
+}
+
+/// A holder the census saw grow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HolderFigure {
+    pub holder: String,
+    pub bytes_per_request: f64,
+}
+
+/// What the agent's census says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "census")]
+pub enum CensusWord {
+    /// The entry names no agent: the scan ran without it.
+    NotAsked,
+    /// The census ran twice and no holder grew.
+    NoneGrew,
+    /// The holders that grew, most first.
+    Grew { holders: Vec<HolderFigure> },
+    /// Asked for, and the scan's report has none (see its notes).
+    Missing,
+}
+
+/// One variant of one cause, scanned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ZooRun {
+    pub name: String,
+    pub variant: ZooVariant,
+    pub expect: Expect,
+    /// The scan's answer; None when the variant could not be scanned (`failure` says why).
+    pub got: Option<Outcome>,
+    /// The scan's deciding series among the process tree's RSS and anonymous memory.
+    pub memory: Option<SeriesFigure>,
+    pub census: CensusWord,
+    /// The scan's one sentence on which memory grows.
+    pub diagnosis: Option<String>,
+    pub notes: Vec<String>,
+    pub requests_sent: usize,
+    pub errors: usize,
+    /// Where the agent was asked: whether its census agrees with the predicted owner (a Python
+    /// holder grew exactly when the owner is Python). None without the agent.
+    pub census_agrees: Option<bool>,
+    /// The verdict as expected. (The census's agreement is shown, not judged: today's census
+    /// may stop early at its ceilings under load, and is being reworked by issue 38.)
+    pub agrees: bool,
+    pub failure: Option<String>,
+    pub seconds: f64,
+    /// The scan, as a learner would type it (the folder of bodies and the pid are this run's).
+    pub command: Vec<String>,
+    /// The scan's own report folder (report.html and its charts).
+    pub report: PathBuf,
+}
+
+/// The zoo, run: every entry listed, and each variant scanned.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZooReport {
+    pub entries: Vec<Entry>,
+    pub runs: Vec<ZooRun>,
+    pub seconds: f64,
+}
+
+/// Runs the zoo: the entries `cmd.only` names (all when empty), each variant its own service,
+/// `cmd.jobs` at a time.
+pub fn run(cmd: &ZooCommand) -> Result<ZooReport> {
+    let started = Instant::now();
+    let python = cmd.python();
+    let leaklab = locate_leaklab(cmd.leaklab.clone())?;
+    let mut entries = list(&python, &cmd.serve_py())?;
+    if let Some(unknown) = cmd
+        .only
+        .iter()
+        .find(|n| !entries.iter().any(|e| &e.name == *n))
+    {
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        bail!(
+            "no cause `{unknown}` in the zoo; it has: {}",
+            names.join(", ")
+        );
+    }
+    if !cmd.only.is_empty() {
+        entries.retain(|e| cmd.only.contains(&e.name));
+    }
+    let jobs: Vec<(&Entry, ZooVariant)> = entries
+        .iter()
+        .flat_map(|e| ZooVariant::BOTH.map(|v| (e, v)))
+        .collect();
+    if !cmd.quiet {
+        eprintln!(
+            "leaklab zoo: {} causes, {} services, {} at a time",
+            entries.len(),
+            jobs.len(),
+            cmd.jobs.max(1)
+        );
+    }
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..cmd.jobs.clamp(1, jobs.len().max(1)) {
+            s.spawn(|| {
+                while let Some(&(entry, variant)) = jobs.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    let run = run_variant(cmd, &python, &leaklab, entry, variant);
+                    if !cmd.quiet {
+                        eprintln!(
+                            "leaklab zoo: {}-{}: {} ({:.0} s)",
+                            run.name,
+                            run.variant.name(),
+                            run_words(&run),
+                            run.seconds
+                        );
+                    }
+                    done.lock().expect("no worker panics holding it").push(run);
+                }
+            });
+        }
+    });
+    let mut runs = done.into_inner().expect("workers are done");
+    let order = |r: &ZooRun| {
+        jobs.iter()
+            .position(|(e, v)| e.name == r.name && *v == r.variant)
+    };
+    runs.sort_by_key(order);
+    Ok(ZooReport {
+        entries,
+        runs,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn run_words(run: &ZooRun) -> String {
+    match (&run.failure, run.got) {
+        (Some(f), _) => format!("could not scan: {f}"),
+        (None, Some(got)) => format!(
+            "{} (expected {}){}",
+            got.answer(),
+            run.expect.verdict.answer(),
+            if got == run.expect.verdict {
+                ""
+            } else {
+                ": UNEXPECTED"
+            },
+        ),
+        (None, None) => "no answer".into(),
+    }
+}
+
+/// One variant: bodies written, service started, scanned, stopped.
+fn run_variant(
+    cmd: &ZooCommand,
+    python: &Path,
+    leaklab: &Path,
+    entry: &Entry,
+    variant: ZooVariant,
+) -> ZooRun {
+    let started = Instant::now();
+    let report = cmd.out.join(format!("{}-{}", entry.name, variant.name()));
+    let expect = entry.expect(variant);
+    let mut run = ZooRun {
+        name: entry.name.clone(),
+        variant,
+        expect,
+        got: None,
+        memory: None,
+        census: CensusWord::NotAsked,
+        diagnosis: None,
+        notes: Vec::new(),
+        requests_sent: 0,
+        errors: 0,
+        census_agrees: None,
+        agrees: false,
+        failure: None,
+        seconds: 0.0,
+        command: Vec::new(),
+        report: report.clone(),
+    };
+    match scan_variant(
+        cmd,
+        python,
+        leaklab,
+        entry,
+        variant,
+        &report,
+        &mut run.command,
+    ) {
+        Ok(scan) => {
+            run.got = Some(scan.outcome);
+            run.memory = memory_figure(&scan);
+            run.census = census_word(&scan, entry.instruments.contains(&Instrument::Agent));
+            run.census_agrees = census_agrees(expect.owner, &run.census);
+            run.agrees = scan.outcome == expect.verdict;
+            run.diagnosis = Some(scan.diagnosis);
+            run.notes = scan.notes;
+            run.requests_sent = scan.requests_sent;
+            run.errors = scan.errors;
+        }
+        Err(e) => run.failure = Some(format!("{e:#}")),
+    }
+    run.seconds = started.elapsed().as_secs_f64();
+    run
+}
+
+fn scan_variant(
+    cmd: &ZooCommand,
+    python: &Path,
+    leaklab: &Path,
+    entry: &Entry,
+    variant: ZooVariant,
+    report: &Path,
+    command: &mut Vec<String>,
+) -> Result<ScanReport> {
+    std::fs::create_dir_all(report)
+        .with_context(|| format!("cannot create {}", report.display()))?;
+    let bodies = report.join("bodies");
+    let _ = std::fs::remove_dir_all(&bodies);
+    let written = Command::new(python)
+        .arg(cmd.serve_py())
+        .arg(&entry.name)
+        .arg("--bodies")
+        .arg(&bodies)
+        .stdin(Stdio::null())
+        .output()?;
+    if !written.status.success() {
+        bail!(
+            "serve.py {} --bodies failed ({}): {}",
+            entry.name,
+            written.status,
+            tail(&String::from_utf8_lossy(&written.stderr), 5)
+        );
+    }
+    let mut service = ZooService::start(
+        python,
+        &cmd.serve_py(),
+        entry,
+        variant,
+        &report.join("service.log"),
+        cmd.start_timeout,
+    )?;
+    let mut args: Vec<String> = vec![
+        "scan".into(),
+        format!("{}/predict", service.base),
+        "--body".into(),
+        bodies.display().to_string(),
+    ];
+    args.extend([
+        "--pid".into(),
+        service.pid().to_string(),
+        "--header".into(),
+        "content-type: application/json".into(),
+    ]);
+    args.extend([
+        "--requests".into(),
+        entry.requests.to_string(),
+        "--warmup".into(),
+        entry.warmup.to_string(),
+    ]);
+    if entry.inputs == Inputs::Vary {
+        args.push("--vary".into());
+    }
+    args.extend(entry.budget.iter().cloned());
+    if entry.instruments.contains(&Instrument::Agent) {
+        args.extend(["--agent".into(), format!("{}/debug/leaklab", service.base)]);
+    }
+    // A stuck entry must not hold CI: the scan keeps what it measured and says it stopped.
+    if !entry.budget.iter().any(|a| a == "--time-limit") {
+        args.extend(["--time-limit".into(), "10m".into()]);
+    }
+    args.extend([
+        "--json".into(),
+        "--out".into(),
+        report.display().to_string(),
+    ]);
+    *command = std::iter::once("leaklab".to_string())
+        .chain(args.iter().cloned())
+        .collect();
+    let out = Command::new(leaklab)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", leaklab.display()))?;
+    let alive = service.alive();
+    drop(service);
+    match serde_json::from_slice::<ScanReport>(&out.stdout) {
+        Ok(scan) => Ok(scan),
+        Err(_) => {
+            let died = if alive {
+                String::new()
+            } else {
+                format!(
+                    " (the service had exited; its stderr is in {})",
+                    report.join("service.log").display()
+                )
+            };
+            bail!(
+                "the scan gave no report ({}){died}: {}",
+                out.status,
+                tail(&String::from_utf8_lossy(&out.stderr), 5)
+            )
+        }
+    }
+}
+
+/// A zoo service: `serve.py NAME --variant V`, its own process group (a cause may fork
+/// workers), killed with its group when dropped, and with the driver if the driver dies.
+struct ZooService {
+    child: Child,
+    base: String,
+}
+
+impl ZooService {
+    fn start(
+        python: &Path,
+        serve_py: &Path,
+        entry: &Entry,
+        variant: ZooVariant,
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<ZooService> {
+        let mut stderr = std::fs::File::options()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(log)?;
+        let mut command = Command::new(python);
+        command
+            .arg(serve_py)
+            .arg(&entry.name)
+            .args(["--variant", variant.name(), "--port", "0"]);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr.try_clone()?)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe, and nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot start {}", python.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        // Reads the address, then keeps draining so the service never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let mut service = ZooService {
+            child,
+            base: String::new(),
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(base) => {
+                service.base = base;
+                Ok(service)
+            }
+            Err(e) => {
+                // Its stdout closed: it is exiting; give it a moment to be reaped.
+                let wait = if e == mpsc::RecvTimeoutError::Disconnected {
+                    50
+                } else {
+                    1
+                };
+                let mut exited = None;
+                for _ in 0..wait {
+                    exited = service.child.try_wait().ok().flatten();
+                    if exited.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let status = exited.map_or_else(
+                    || format!("no address after {timeout:?}"),
+                    |s| format!("it exited ({s})"),
+                );
+                let mut text = String::new();
+                let _ = stderr.rewind();
+                let _ = stderr.read_to_string(&mut text);
+                bail!(
+                    "the service did not start: {status}; stderr: {}",
+                    tail(&text, 5)
+                )
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ZooService {
+    fn drop(&mut self) {
+        // SAFETY: signalling the process group this child leads (its pid is its group's id).
+        unsafe { libc::killpg(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+/// A holder's path in a table cell: its end (the object that keeps the memory), the whole path
+/// in the JSON.
+const HOLDER_CHARS: usize = 64;
+
+fn shorten(text: &str, max: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
+        return text.to_string();
+    }
+    format!(
+        "…{}",
+        chars[chars.len() - (max - 1)..].iter().collect::<String>()
+    )
+}
+
+/// The last `n` lines of `text`, on one line.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(n)..].join(" | ");
+    if tail.is_empty() {
+        "(empty)".into()
+    } else {
+        tail
+    }
+}
+
+/// The process tree's series that decides: the one that fails, else the steepest of RSS and
+/// anonymous memory.
+fn memory_figure(scan: &ScanReport) -> Option<SeriesFigure> {
+    let host: Vec<_> = scan
+        .series
+        .iter()
+        .filter(|s| s.series == "rss" || s.series == "anonymous")
+        .filter_map(|s| Some((s, s.judgement.as_ref()?)))
+        .collect();
+    let failing = host.iter().find(|(s, _)| s.ops.is_some_and(|o| o.fails()));
+    let (s, j) = failing.or_else(|| {
+        host.iter().max_by(|a, b| {
+            a.1.slope
+                .bytes_per_request
+                .total_cmp(&b.1.slope.bytes_per_request)
+        })
+    })?;
+    Some(SeriesFigure {
+        series: s.series.clone(),
+        verdict: j.verdict,
+        bytes_per_request: j.slope.bytes_per_request,
+        bound: j.slope.half_width(),
+    })
+}
+
+/// The owner, as far as the census tells it: a Python holder grows exactly when the memory is
+/// Python-held (native memory, another process's and no growth leave no holder); a census asked
+/// for and absent cannot agree.
+fn census_agrees(owner: Owner, census: &CensusWord) -> Option<bool> {
+    match census {
+        CensusWord::NotAsked => None,
+        CensusWord::Missing => Some(false),
+        CensusWord::NoneGrew => Some(owner != Owner::Python),
+        CensusWord::Grew { .. } => Some(owner == Owner::Python),
+    }
+}
+
+fn census_word(scan: &ScanReport, asked: bool) -> CensusWord {
+    match (&scan.census, asked) {
+        (_, false) => CensusWord::NotAsked,
+        (None, true) => CensusWord::Missing,
+        (Some(c), true) if c.grown.is_empty() => CensusWord::NoneGrew,
+        (Some(c), true) => CensusWord::Grew {
+            holders: c
+                .grown
+                .iter()
+                .map(|g| HolderFigure {
+                    holder: g.holder.clone(),
+                    bytes_per_request: g.bytes_per_step,
+                })
+                .collect(),
+        },
+    }
+}
+
+impl ZooRun {
+    pub fn memory_words(&self) -> String {
+        match &self.memory {
+            Some(m) => format!(
+                "{} {} ± {}/req ({})",
+                m.series,
+                human_bytes(m.bytes_per_request),
+                human_bytes(m.bound),
+                m.verdict
+            ),
+            None if self.failure.is_some() => "-".into(),
+            None => "not judged".into(),
+        }
+    }
+
+    pub fn census_words(&self) -> String {
+        match &self.census {
+            CensusWord::NotAsked => "not asked".into(),
+            CensusWord::NoneGrew => "no holder grew".into(),
+            CensusWord::Missing => "asked, none in the report".into(),
+            CensusWord::Grew { holders } => {
+                let top = &holders[0];
+                let more = if holders.len() > 1 {
+                    format!(" (+{} more)", holders.len() - 1)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} {}/req{more}",
+                    shorten(&top.holder, HOLDER_CHARS),
+                    human_bytes(top.bytes_per_request)
+                )
+            }
+        }
+    }
+
+    fn got_cell(&self) -> Cell {
+        match (&self.failure, self.got) {
+            (Some(_), _) | (None, None) => Cell::new("could not scan").tone(Tone::Bad),
+            (None, Some(got)) => Cell::new(got.answer().to_lowercase()).tone(got),
+        }
+    }
+
+    fn result_cell(&self) -> Cell {
+        if self.agrees {
+            Cell::new("pass").tone(Tone::Good)
+        } else {
+            Cell::new("FAIL").tone(Tone::Bad)
+        }
+    }
+}
+
+const HEADER: [&str; 10] = [
+    "cause",
+    "variant",
+    "reference",
+    "axis (expected)",
+    "owner (expected)",
+    "RSS / anonymous",
+    "census",
+    "verdict",
+    "expected",
+    "result",
+];
+
+/// How the table was measured, said under it.
+const HOW: &str = "Each variant is its own service (lab/zoo/serve.py), scanned from outside \
+    by `leaklab scan` with the entry's budget, --json, and --agent where the entry names the \
+    agent; its RSS and anonymous memory are judged on their floor (slope ± bound per request). \
+    The verdict is checked against the entry's prediction. The growth axis and the owner are the \
+    predictions, not yet measured (the diagnosis, issue 38, will measure them); the census column \
+    is marked where it disagrees with the predicted owner (a Python holder grows exactly when the \
+    owner is Python), which is shown, not judged.";
+
+impl ZooReport {
+    fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+
+    fn rows(&self) -> Vec<Vec<Cell>> {
+        self.runs
+            .iter()
+            .map(|r| {
+                let reference = self
+                    .entry(&r.name)
+                    .map_or_else(String::new, |e| e.reports.join(", "));
+                vec![
+                    Cell::code(&r.name),
+                    r.variant.name().into(),
+                    reference.into(),
+                    kebab(&r.expect.axis).into(),
+                    kebab(&r.expect.owner).into(),
+                    r.memory_words().into(),
+                    Cell::code(r.census_words()).tone(match r.census_agrees {
+                        Some(true) => Tone::Good,
+                        Some(false) => Tone::Bad,
+                        None => Tone::Plain,
+                    }),
+                    r.got_cell(),
+                    r.expect.verdict.answer().to_lowercase().into(),
+                    r.result_cell(),
+                ]
+            })
+            .collect()
+    }
+
+    pub fn table(&self) -> Table {
+        Table::new(HEADER).numeric(&[5]).rows(self.rows())
+    }
+
+    /// The runs that disagree with their entry, each with why.
+    pub fn disagreements(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .filter(|r| !r.agrees)
+            .map(|r| format!("{}-{}: {}", r.name, r.variant.name(), run_words(r)))
+            .collect()
+    }
+
+    fn headline(&self) -> String {
+        let wrong = self.runs.iter().filter(|r| !r.agrees).count();
+        let causes = self.entries.len();
+        let causes = if causes == 1 {
+            "1 cause".to_string()
+        } else {
+            format!("{causes} causes")
+        };
+        match wrong {
+            0 => format!("every variant of {causes} got the verdict its entry predicted"),
+            n => format!(
+                "{n} of {} variants of {causes} did not get the verdict their entry predicted",
+                self.runs.len()
+            ),
+        }
+    }
+
+    /// What the reader must know besides the table: variants that could not be scanned, and
+    /// predictions that break the zoo's contract (the per-entry tests fail on those).
+    fn notes(&self) -> Vec<String> {
+        let failures = self.runs.iter().filter_map(|r| {
+            let f = r.failure.as_ref()?;
+            Some(format!(
+                "Could not scan {}-{}: {f}",
+                r.name,
+                r.variant.name()
+            ))
+        });
+        let broken = self.entries.iter().filter_map(|e| {
+            let why = e.contract_broken()?;
+            Some(format!(
+                "A prediction that breaks the zoo's contract: {why}"
+            ))
+        });
+        let missed = self
+            .entries
+            .iter()
+            .filter(|e| !e.known_miss.is_empty())
+            .map(|e| format!("Known miss, {}: {}", e.name, e.known_miss));
+        failures.chain(broken).chain(missed).collect()
+    }
+}
+
+/// A serde name as JSON writes it ("per-new-input").
+fn kebab<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl Report for ZooReport {
+    /// Pass only when every variant got what its entry predicted (a variant that could not be
+    /// scanned disagrees).
+    fn outcome(&self) -> Outcome {
+        Outcome::pass_if(!self.runs.is_empty() && self.runs.iter().all(|r| r.agrees))
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!(
+            "{}\n\n{}: {} ({} s).\n{HOW}",
+            self.table().text(),
+            self.outcome().answer(),
+            self.headline(),
+            self.seconds.round()
+        );
+        for note in self.notes() {
+            text.push_str(&format!("\n{note}"));
+        }
+        text
+    }
+
+    fn markdown(&self) -> String {
+        let mut md = format!(
+            "# The zoo\n\n**{}: {}** ({}).\n\n{}\n{HOW}\n",
+            self.outcome().answer(),
+            self.headline(),
+            human_duration(self.seconds),
+            self.table().markdown()
+        );
+        for note in self.notes() {
+            md.push_str(&format!("\n- {note}"));
+        }
+        md.push('\n');
+        md
+    }
+
+    fn page(&self) -> Option<Page> {
+        let outcome = self.outcome();
+        let agreeing = self.runs.iter().filter(|r| r.agrees).count();
+        let summary = Summary {
+            tone: outcome.into(),
+            answer: outcome.answer().into(),
+            headline: self.headline(),
+            figures: vec![
+                ("causes".into(), self.entries.len().to_string()),
+                (
+                    "variants as predicted".into(),
+                    format!("{agreeing} of {}", self.runs.len()),
+                ),
+                ("time".into(), human_duration(self.seconds)),
+            ],
+            text: vec![HOW.into()],
+        };
+        let mut page = Page::new(
+            "leaklab run-lab --zoo",
+            format!("The zoo: {} causes, leaky and fixed", self.entries.len()),
+            summary,
+        )
+        .section(
+            Section::new("Every cause")
+                .table(self.table())
+                .notes(&self.notes()),
+        );
+        for e in &self.entries {
+            let mut facts = vec![
+                ("reported".to_string(), e.reports.join(", ")),
+                ("symptom as reported".to_string(), e.symptom.clone()),
+                (
+                    "instruments".to_string(),
+                    e.instruments
+                        .iter()
+                        .map(kebab)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+                (
+                    "below Python".to_string(),
+                    if e.below_python { "yes" } else { "no" }.to_string(),
+                ),
+                (
+                    "must pass".to_string(),
+                    if e.must_pass { "yes" } else { "no" }.to_string(),
+                ),
+                ("budget".to_string(), e.budget.join(" ")),
+                (
+                    "requests".to_string(),
+                    format!(
+                        "{} warm-up + {} judged, inputs {}",
+                        e.warmup,
+                        e.requests,
+                        kebab(&e.inputs)
+                    ),
+                ),
+            ];
+            for r in self.runs.iter().filter(|r| r.name == e.name) {
+                facts.push((format!("{} scan", r.variant.name()), r.command.join(" ")));
+                facts.push((
+                    format!("{} says", r.variant.name()),
+                    r.diagnosis
+                        .clone()
+                        .or_else(|| r.failure.clone())
+                        .unwrap_or_default(),
+                ));
+                facts.push((
+                    format!("{} report", r.variant.name()),
+                    r.report.join("report.html").display().to_string(),
+                ));
+            }
+            page = page.section(Section::new(format!("{}: {}", e.name, e.title)).facts(facts));
+        }
+        Some(page)
+    }
+
+    fn problem(&self) -> Option<String> {
+        let wrong = self.disagreements();
+        (!wrong.is_empty()).then(|| format!("not as predicted: {}", wrong.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(must_pass: bool, leaky: Outcome, fixed: Outcome) -> Entry {
+        let expect = |verdict| Expect {
+            verdict,
+            axis: Axis::PerRequest,
+            owner: Owner::Python,
+        };
+        Entry {
+            name: "x".into(),
+            title: "t".into(),
+            reports: vec!["a/b#1".into()],
+            symptom: "s".into(),
+            instruments: vec![Instrument::Scan],
+            below_python: false,
+            must_pass,
+            leaky: expect(leaky),
+            fixed: expect(fixed),
+            budget: Vec::new(),
+            inputs: Inputs::Same,
+            requests: 1,
+            warmup: 1,
+            env: BTreeMap::new(),
+            known_miss: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_contract_is_a_leak_that_fails_and_its_fix_that_passes_or_two_passes() {
+        assert_eq!(
+            entry(false, Outcome::Fail, Outcome::Pass).contract_broken(),
+            None
+        );
+        assert_eq!(
+            entry(true, Outcome::Pass, Outcome::Pass).contract_broken(),
+            None
+        );
+        assert!(entry(false, Outcome::Pass, Outcome::Pass)
+            .contract_broken()
+            .is_some());
+        assert!(entry(true, Outcome::Fail, Outcome::Pass)
+            .contract_broken()
+            .is_some());
+        let missed = Entry {
+            known_miss: "bounded: read as a plateau".into(),
+            ..entry(false, Outcome::Pass, Outcome::Pass)
+        };
+        assert_eq!(missed.contract_broken(), None);
+        let claimed = Entry {
+            known_miss: "x".into(),
+            ..entry(false, Outcome::Fail, Outcome::Pass)
+        };
+        assert!(claimed.contract_broken().is_some());
+    }
+
+    #[test]
+    fn an_entry_reads_as_serve_py_lists_it() {
+        let json = r#"{"below_python": true, "budget": ["--capacity", "256MiB"],
+            "env": {"fixed": {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0"}},
+            "fixed": {"axis": "none", "owner": "none", "verdict": "pass"}, "inputs": "shapes",
+            "instruments": ["scan", "agent"],
+            "leaky": {"axis": "per-new-input", "owner": "native", "verdict": "fail"},
+            "must_pass": false, "name": "onednn", "reports": ["pytorch/pytorch#27971"],
+            "requests": 400, "symptom": "grows", "title": "oneDNN", "warmup": 50}"#;
+        let e: Entry = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            (e.leaky.axis, e.leaky.owner, e.inputs),
+            (Axis::PerNewInput, Owner::Native, Inputs::Shapes)
+        );
+        assert_eq!(e.env["fixed"]["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], "0");
+        assert_eq!(kebab(&e.leaky.axis), "per-new-input");
+        let bad = json.replace("per-new-input", "sideways");
+        assert!(
+            serde_json::from_str::<Entry>(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("sideways"),
+            "an unknown axis is said, not guessed"
+        );
+    }
+
+    #[test]
+    fn the_census_agrees_when_a_holder_grows_exactly_for_python_owned_memory() {
+        let grew = CensusWord::Grew {
+            holders: vec![HolderFigure {
+                holder: "app.state.kept".into(),
+                bytes_per_request: 16384.0,
+            }],
+        };
+        assert_eq!(census_agrees(Owner::Python, &grew), Some(true));
+        assert_eq!(census_agrees(Owner::Native, &grew), Some(false));
+        assert_eq!(
+            census_agrees(Owner::None, &CensusWord::NoneGrew),
+            Some(true)
+        );
+        assert_eq!(
+            census_agrees(Owner::Python, &CensusWord::NoneGrew),
+            Some(false)
+        );
+        assert_eq!(
+            census_agrees(Owner::Python, &CensusWord::Missing),
+            Some(false)
+        );
+        assert_eq!(census_agrees(Owner::Python, &CensusWord::NotAsked), None);
+    }
+
+    #[test]
+    fn a_long_holder_keeps_its_end_in_the_table() {
+        assert_eq!(shorten("app.state.kept", 64), "app.state.kept");
+        let long = format!("thread 'MainThread' {}local 'hidden'", "x".repeat(80));
+        let short = shorten(&long, 20);
+        assert_eq!(short.chars().count(), 20);
+        assert!(short.starts_with('…') && short.ends_with("local 'hidden'"));
+    }
+}
