@@ -17,7 +17,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "leaklab", version, about = "Reproduce, detect, explain and fix the memory leaks of PyTorch inference services")]
+#[command(
+    name = "leaklab",
+    version,
+    about = "Reproduce, detect, explain and fix the memory leaks of PyTorch inference services"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -125,12 +129,17 @@ struct SnapshotView {
 
 impl SnapshotView {
     fn view(&self) -> leaklab_snapshot::View {
-        leaklab_snapshot::View { all_frames: self.all_frames }
+        leaklab_snapshot::View {
+            all_frames: self.all_frames,
+        }
     }
 
     /// Printed, and written into `out` when given.
     fn output(&self, out: Option<PathBuf>) -> Output {
-        Output { json: self.json, markdown: out.map(|dir| dir.join("report.md")) }
+        Output {
+            json: self.json,
+            markdown: out.map(|dir| dir.join("report.md")),
+        }
     }
 }
 
@@ -206,7 +215,12 @@ struct ScanArgs {
     #[arg(long, value_parser = positive_rate, conflicts_with_all = ["budget", "prometheus"], help_heading = "Budget")]
     rate: Option<f64>,
     /// A named budget instead of --rate: `seed`, the lab's reference scenario (one request every 32 s, 7 days).
-    #[arg(long, value_name = "NAME", conflicts_with = "prometheus", help_heading = "Budget")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "prometheus",
+        help_heading = "Budget"
+    )]
     budget: Option<leaklab_scan::verdict::Named>,
     /// Fail when memory runs out sooner than this at the budget's rate, e.g. 3d (default 7d).
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "Budget")]
@@ -217,7 +231,10 @@ struct ScanArgs {
     /// Print the report as JSON and nothing else.
     #[arg(long, help_heading = "Report")]
     json: bool,
-    #[command(flatten, next_help_heading = "A fleet from Prometheus (instead of a URL)")]
+    #[command(
+        flatten,
+        next_help_heading = "A fleet from Prometheus (instead of a URL)"
+    )]
     fleet: FleetArgs,
 }
 
@@ -242,7 +259,13 @@ struct HttpArgs {
 
 impl HttpArgs {
     fn options(&self, timeout: std::time::Duration) -> leaklab_client::ClientOptions {
-        leaklab_client::ClientOptions { headers: self.headers.clone(), bearer_token_file: self.bearer_token_file.clone(), basic_auth: self.basic_auth.clone(), ca_cert: self.ca_cert.clone(), timeout: Some(timeout) }
+        leaklab_client::ClientOptions {
+            headers: self.headers.clone(),
+            bearer_token_file: self.bearer_token_file.clone(),
+            basic_auth: self.basic_auth.clone(),
+            ca_cert: self.ca_cert.clone(),
+            timeout: Some(timeout),
+        }
     }
 }
 
@@ -295,8 +318,11 @@ fn parse_time(s: &str) -> Result<f64, String> {
     if let Ok(unix) = s.parse::<f64>() {
         return Ok(unix);
     }
-    let t = humantime::parse_rfc3339_weak(s).map_err(|e| format!("`{s}`: give unix seconds or an RFC 3339 time ({e})"))?;
-    Ok(t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs_f64())
+    let t = humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("`{s}`: give unix seconds or an RFC 3339 time ({e})"))?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs_f64())
 }
 
 impl From<Unit> for leaklab_fleet::Unit {
@@ -316,7 +342,9 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 fn positive_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(rate) if (0.001..=1e6).contains(&rate) => Ok(rate),
-        _ => Err(format!("`{s}` is not a rate: give requests a second between 0.001 and 1000000, e.g. 20")),
+        _ => Err(format!(
+            "`{s}` is not a rate: give requests a second between 0.001 and 1000000, e.g. 20"
+        )),
     }
 }
 
@@ -337,9 +365,13 @@ fn scan(a: ScanArgs) -> ExitCode {
             capacity: a.capacity.map(|c| c.as_u64()),
             rate_query: f.rate_query,
             life_warmup: f.life_warmup,
-            fail_if_oom_within: a.fail_if_oom_within.unwrap_or(leaklab_scan::command::DEFAULT_WITHIN),
+            fail_if_oom_within: a
+                .fail_if_oom_within
+                .unwrap_or(leaklab_scan::command::DEFAULT_WITHIN),
             // Prometheus's range queries over a fleet take longer than a request to a service.
-            http: a.http.options(a.timeout.max(std::time::Duration::from_secs(60))),
+            http: a
+                .http
+                .options(a.timeout.max(std::time::Duration::from_secs(60))),
             top: f.top,
         };
         return finish("scan", leaklab_fleet::run(fleet), &output);
@@ -375,24 +407,77 @@ fn scan(a: ScanArgs) -> ExitCode {
 }
 
 fn parse_pair(s: &str) -> Result<(u64, u64), String> {
-    let (a, b) = s.split_once(',').ok_or_else(|| format!("`{s}`: give two request counts, e.g. 100,600"))?;
-    let parse = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("`{t}` is not a request count"));
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("`{s}`: give two request counts, e.g. 100,600"))?;
+    let parse = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{t}` is not a request count"))
+    };
     Ok((parse(a)?, parse(b)?))
 }
 
 fn snapshot(cmd: SnapshotCommand) -> ExitCode {
     match cmd {
-        SnapshotCommand::Explain { file, since, view, out } => {
-            let report = leaklab_snapshot::report::explain_file(&file, since, view.view(), view.top, view.stacks);
-            finish("snapshot explain", report.map_err(Into::into), &view.output(out))
+        SnapshotCommand::Explain {
+            file,
+            since,
+            view,
+            out,
+        } => {
+            let report = leaklab_snapshot::report::explain_file(
+                &file,
+                since,
+                view.view(),
+                view.top,
+                view.stacks,
+            );
+            finish(
+                "snapshot explain",
+                report.map_err(Into::into),
+                &view.output(out),
+            )
         }
-        SnapshotCommand::Diff { before, after, requests, view, out } => {
-            let report = leaklab_snapshot::report::diff_files(&before, &after, requests, view.view(), view.top, view.stacks);
-            finish("snapshot diff", report.map_err(Into::into), &view.output(out))
+        SnapshotCommand::Diff {
+            before,
+            after,
+            requests,
+            view,
+            out,
+        } => {
+            let report = leaklab_snapshot::report::diff_files(
+                &before,
+                &after,
+                requests,
+                view.view(),
+                view.top,
+                view.stacks,
+            );
+            finish(
+                "snapshot diff",
+                report.map_err(Into::into),
+                &view.output(out),
+            )
         }
-        SnapshotCommand::Trim { file, since, top, output, all_frames, json } => {
-            let options = leaklab_snapshot::trim::TrimOptions { since, top, view: leaklab_snapshot::View { all_frames } };
-            finish("snapshot trim", leaklab_snapshot::trim::trim(&file, &output, &options).map_err(Into::into), &Output::stdout(json))
+        SnapshotCommand::Trim {
+            file,
+            since,
+            top,
+            output,
+            all_frames,
+            json,
+        } => {
+            let options = leaklab_snapshot::trim::TrimOptions {
+                since,
+                top,
+                view: leaklab_snapshot::View { all_frames },
+            };
+            finish(
+                "snapshot trim",
+                leaklab_snapshot::trim::trim(&file, &output, &options).map_err(Into::into),
+                &Output::stdout(json),
+            )
         }
     }
 }
@@ -411,6 +496,10 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Scan(a) => scan(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
-        Command::Judge(a) => finish("judge", leaklab_scan::judge::judge_file(&a.input), &Output::stdout(a.json)),
+        Command::Judge(a) => finish(
+            "judge",
+            leaklab_scan::judge::judge_file(&a.input),
+            &Output::stdout(a.json),
+        ),
     }
 }

@@ -13,14 +13,36 @@ fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let output = lab()
         .current_dir(root)
-        .args(["bench", "--requests", "40", "--leak-requests", "60", "--concurrency", "2", "--python", &python, "--criterion-dir"])
+        .args([
+            "bench",
+            "--requests",
+            "40",
+            "--leak-requests",
+            "60",
+            "--concurrency",
+            "2",
+            "--python",
+            &python,
+            "--criterion-dir",
+        ])
         .arg(dir.path().join("no-criterion-here"))
         .arg("--out")
         .arg(&out)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr).lines().rev().take(20).collect::<Vec<_>>().join("\n"));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap()).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
     for side in ["rust_service", "python_service"] {
         assert_eq!(report[side]["errors"], 0, "{side}");
         assert_eq!(report[side]["requests"], 60, "{side}: 20 warm-up + 40");
@@ -38,7 +60,10 @@ fn the_bench_runs_both_services_and_cross_checks_the_leaks() {
     let p = graph["python_heap_bytes_per_request"].as_f64().unwrap();
     let r = graph["rust_heap_bytes_per_request"].as_f64().unwrap();
     eprintln!("graph-leaky on the heap: Rust {r:.0} B/request, Python {p:.0} B/request");
-    assert!((81_920.0..90_000.0).contains(&p), "python heap {p} B/request");
+    assert!(
+        (81_920.0..90_000.0).contains(&p),
+        "python heap {p} B/request"
+    );
     assert!((81_920.0..90_000.0).contains(&r), "rust heap {r} B/request");
     let md = std::fs::read_to_string(&out).unwrap();
     assert!(md.contains("Rust / Python") && md.contains("Cross-check"));

@@ -18,50 +18,128 @@ const EXACT: &str = "leaklab_memory_bytes{probe=\"cpu_allocator_live\"}";
 fn check(name: &str, per_request: f64) {
     let dir = tempfile::tempdir().unwrap();
     let traffic = dir.path().join("traffic");
-    assert!(Command::new(exercises_exe()).args(["incident", "traffic", "--out"]).arg(&traffic).status().unwrap().success());
-    let reveal = Command::new(exercises_exe()).args(["reveal", "--json", "--incident", name]).output().unwrap();
+    assert!(Command::new(exercises_exe())
+        .args(["incident", "traffic", "--out"])
+        .arg(&traffic)
+        .status()
+        .unwrap()
+        .success());
+    let reveal = Command::new(exercises_exe())
+        .args(["reveal", "--json", "--incident", name])
+        .output()
+        .unwrap();
     let reveal: serde_json::Value = serde_json::from_slice(&reveal.stdout).unwrap();
-    let born = format!("incidents/{}.rs:{}", if per_request > 0.0 { name.replace('-', "_") } else { "fixed".into() }, reveal["born"]["line"]);
+    let born = format!(
+        "incidents/{}.rs:{}",
+        if per_request > 0.0 {
+            name.replace('-', "_")
+        } else {
+            "fixed".into()
+        },
+        reveal["born"]["line"]
+    );
 
     let mut c = Command::new(exercises_exe());
-    c.args(["incident", "serve", "--original", name, "--port", "0", "--history", "50000"]);
+    c.args([
+        "incident",
+        "serve",
+        "--original",
+        name,
+        "--port",
+        "0",
+        "--history",
+        "50000",
+    ]);
     let service = Service::start(c);
     let (pid, base) = (service.pid(), service.base.clone());
     let output = leaklab()
-        .args(["scan", &format!("{base}/v1/infer"), "--header", "content-type: application/json", "--vary", "--json", "--pid", &pid])
-        .args(["--metrics", &format!("{base}/metrics"), "--series", EXACT, "--capacity", "16GiB", "--rate", "40"])
-        .args(["--snapshot", &format!("{base}/debug/memory/snapshot"), "--body"])
+        .args([
+            "scan",
+            &format!("{base}/v1/infer"),
+            "--header",
+            "content-type: application/json",
+            "--vary",
+            "--json",
+            "--pid",
+            &pid,
+        ])
+        .args([
+            "--metrics",
+            &format!("{base}/metrics"),
+            "--series",
+            EXACT,
+            "--capacity",
+            "16GiB",
+            "--rate",
+            "40",
+        ])
+        .args([
+            "--snapshot",
+            &format!("{base}/debug/memory/snapshot"),
+            "--body",
+        ])
         .arg(&traffic)
         .arg("--out")
         .arg(dir.path().join("scan"))
         .output()
         .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{name}: {}", String::from_utf8_lossy(&output.stderr)));
-    let exact = report["series"].as_array().unwrap().iter().find(|s| s["series"] == EXACT).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("{name}: {}", String::from_utf8_lossy(&output.stderr)));
+    let exact = report["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["series"] == EXACT)
+        .unwrap();
     let verdict = exact["judgement"]["verdict"].as_str().unwrap();
-    let slope = exact["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap();
+    let slope = exact["judgement"]["slope"]["bytes_per_request"]
+        .as_f64()
+        .unwrap();
     let refused = report["error_kinds"]["HTTP 422"].as_u64().unwrap_or(0);
-    eprintln!("{name}: exit {:?}, exact gauge {verdict} at {slope:.0} B/request, {refused} refused", output.status.code());
+    eprintln!(
+        "{name}: exit {:?}, exact gauge {verdict} at {slope:.0} B/request, {refused} refused",
+        output.status.code()
+    );
     // Body `i` of the sixteen goes out as request `i`, `i + 16`, ... (one at a time), and every
     // eighth is raw features, which every incident refuses: exactly one in eight of the requests
     // sent, the judged ones and those between the looks inside alike (measured: 100 of 800 in
     // each of the six).
     let sent = report["requests_sent"].as_u64().unwrap();
-    assert_eq!(refused, sent / 8, "{name}: {refused} answers 422 of {sent}, not every eighth");
+    assert_eq!(
+        refused,
+        sent / 8,
+        "{name}: {refused} answers 422 of {sent}, not every eighth"
+    );
     if per_request == 0.0 {
         assert_eq!(output.status.code(), Some(0), "{name} must pass: {report}");
         assert_ne!(verdict, "leak", "{name}");
         return;
     }
-    assert_eq!(output.status.code(), Some(1), "{name} must fail its budget: {report}");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{name} must fail its budget: {report}"
+    );
     assert_eq!(verdict, "leak", "{name}");
-    assert!((slope / per_request - 1.0).abs() < 0.1, "{name}: {slope:.0} B/request, expected {per_request:.0}");
+    assert!(
+        (slope / per_request - 1.0).abs() < 0.1,
+        "{name}: {slope:.0} B/request, expected {per_request:.0}"
+    );
     // The exact gauge counts live tensors, so the diagnosis says what it is: tensors kept alive.
     let diagnosis = report["diagnosis"].as_str().unwrap_or_default();
-    assert!(diagnosis.starts_with("Tensors are being kept alive"), "{name}: {diagnosis}");
+    assert!(
+        diagnosis.starts_with("Tensors are being kept alive"),
+        "{name}: {diagnosis}"
+    );
     let top = &report["who_holds"]["holders"][0];
-    let frames: Vec<&str> = std::iter::once(&top["site"]).chain(top["stack"].as_array().unwrap()).filter_map(|f| f.as_str()).collect();
-    assert!(frames.iter().any(|f| f.contains(&born)), "{name}: the largest holder's frames {frames:?} do not name {born}");
+    let frames: Vec<&str> = std::iter::once(&top["site"])
+        .chain(top["stack"].as_array().unwrap())
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        frames.iter().any(|f| f.contains(&born)),
+        "{name}: the largest holder's frames {frames:?} do not name {born}"
+    );
 }
 
 /// Seven good requests in eight, all new under --vary.
@@ -101,12 +179,23 @@ fn the_bounded_cache_passes() {
 fn http(base: &str, method: &str, path: &str, content_type: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
     write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, answer.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string()))
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        answer
+            .split_once("\r\n\r\n")
+            .map_or(String::new(), |(_, b)| b.to_string()),
+    )
 }
 
 /// The drill is served by the lab service's own HTTP layer: the same validation, error bodies
@@ -115,12 +204,25 @@ fn http(base: &str, method: &str, path: &str, content_type: &str, body: &str) ->
 #[test]
 fn the_drill_answers_as_the_service_does_and_bad_requests_keep_nothing() {
     let mut c = Command::new(exercises_exe());
-    c.args(["incident", "serve", "--original", "error-path", "--port", "0"]);
+    c.args([
+        "incident",
+        "serve",
+        "--original",
+        "error-path",
+        "--port",
+        "0",
+    ]);
     let service = Service::start(c);
     let live = || {
         let (_, text) = http(&service.base, "GET", "/metrics", "text/plain", "");
         // The series carries the service's labels too (variant="incident"): match as a selector does.
-        let line = text.lines().find(|l| l.starts_with("leaklab_memory_bytes{") && l.contains("probe=\"cpu_allocator_live\"}")).unwrap_or_else(|| panic!("no exact gauge in\n{text}"));
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("leaklab_memory_bytes{")
+                    && l.contains("probe=\"cpu_allocator_live\"}")
+            })
+            .unwrap_or_else(|| panic!("no exact gauge in\n{text}"));
         line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap()
     };
     let before = live();
@@ -137,9 +239,17 @@ fn the_drill_answers_as_the_service_does_and_bad_requests_keep_nothing() {
     ] {
         let (got, answer) = http(&service.base, "POST", "/v1/infer", content_type, body);
         assert_eq!(got, status, "{}: {answer}", &body[..body.len().min(40)]);
-        assert!(answer.contains("\"error\"") && answer.contains(says), "{}: {answer}", &body[..body.len().min(40)]);
+        assert!(
+            answer.contains("\"error\"") && answer.contains(says),
+            "{}: {answer}",
+            &body[..body.len().min(40)]
+        );
     }
-    assert_eq!(live(), before, "a refused malformed request keeps no tensor, even on the error-path incident");
+    assert_eq!(
+        live(),
+        before,
+        "a refused malformed request keeps no tensor, even on the error-path incident"
+    );
     // A good request gets the service's answer body; the same input again comes from the
     // handler's answers cache, without a forward pass.
     let good = format!("{{\"inputs\": [{row}]}}");
@@ -147,7 +257,19 @@ fn the_drill_answers_as_the_service_does_and_bad_requests_keep_nothing() {
         let (got, answer) = http(&service.base, "POST", "/v1/infer", json, &good);
         let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(got, 200, "{answer}");
-        assert_eq!((answer["request"].as_u64(), answer["cached"].as_bool(), answer["variant"].as_str()), (Some(request), Some(cached), Some("incident")), "{answer}");
-        assert_eq!(answer["outputs"][0].as_array().map(Vec::len), Some(512), "{answer}");
+        assert_eq!(
+            (
+                answer["request"].as_u64(),
+                answer["cached"].as_bool(),
+                answer["variant"].as_str()
+            ),
+            (Some(request), Some(cached), Some("incident")),
+            "{answer}"
+        );
+        assert_eq!(
+            answer["outputs"][0].as_array().map(Vec::len),
+            Some(512),
+            "{answer}"
+        );
     }
 }

@@ -23,10 +23,21 @@ use std::time::{Duration, Instant};
 /// A name as a Prometheus label or a Python holder can carry it: a page that lets it through
 /// as markup would run it.
 const HOSTILE: &str = "<script>alert('x')</script><img src=x onerror=alert(1)>&";
-const HOSTILE_AS_TEXT: &str = "&lt;script&gt;alert('x')&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&amp;";
+const HOSTILE_AS_TEXT: &str =
+    "&lt;script&gt;alert('x')&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&amp;";
 
 fn browser() -> Option<PathBuf> {
-    ["/usr/bin/chromium", "chromium"].into_iter().map(PathBuf::from).find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()))
+    ["/usr/bin/chromium", "chromium"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
 }
 
 /// One page to open, and what it must show.
@@ -46,7 +57,18 @@ struct Expect {
 fn chromium(exe: &Path, page: &Path, args: &[&str]) -> (String, String) {
     let profile = tempfile::tempdir().unwrap();
     let mut child = Command::new(exe)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
         .arg(format!("file://{}", page.display()))
@@ -66,7 +88,10 @@ fn chromium(exe: &Path, page: &Path, args: &[&str]) -> (String, String) {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("chromium did not finish {} in 90 s: {stderr}", page.display());
+            panic!(
+                "chromium did not finish {} in 90 s: {stderr}",
+                page.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -78,36 +103,102 @@ fn chromium(exe: &Path, page: &Path, args: &[&str]) -> (String, String) {
 fn check(exe: &Path, e: &Expect, shots: &Path) -> PathBuf {
     let source = std::fs::read_to_string(&e.html).unwrap();
     let shot = shots.join(format!("{}.png", e.name));
-    let (dom, log) = chromium(exe, &e.html, &["--dump-dom", &format!("--screenshot={}", shot.display()), "--window-size=1280,900", "--hide-scrollbars"]);
+    let (dom, log) = chromium(
+        exe,
+        &e.html,
+        &[
+            "--dump-dom",
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,900",
+            "--hide-scrollbars",
+        ],
+    );
     let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
-    assert!(console.is_empty(), "{}: the browser's console says {console:#?}", e.name);
+    assert!(
+        console.is_empty(),
+        "{}: the browser's console says {console:#?}",
+        e.name
+    );
     // The verdict, first.
-    let verdict = format!("aria-label=\"verdict\"><p class=\"answer\">{}</p>", e.answer);
-    let at = dom.find(&verdict).unwrap_or_else(|| panic!("{}: no verdict `{}` in the rendered page", e.name, e.answer));
-    let first_table = dom.find("<table>").unwrap_or_else(|| panic!("{}: no table rendered", e.name));
-    assert!(at < first_table, "{}: the verdict comes after the evidence", e.name);
+    let verdict = format!(
+        "aria-label=\"verdict\"><p class=\"answer\">{}</p>",
+        e.answer
+    );
+    let at = dom
+        .find(&verdict)
+        .unwrap_or_else(|| panic!("{}: no verdict `{}` in the rendered page", e.name, e.answer));
+    let first_table = dom
+        .find("<table>")
+        .unwrap_or_else(|| panic!("{}: no table rendered", e.name));
+    assert!(
+        at < first_table,
+        "{}: the verdict comes after the evidence",
+        e.name
+    );
     // Every table and chart the page holds is rendered, with its headers.
-    assert_eq!(dom.matches("<table>").count(), source.matches("<table>").count(), "{}: tables lost in the browser", e.name);
-    assert_eq!(dom.matches("<figure><svg").count(), e.charts, "{}: charts", e.name);
+    assert_eq!(
+        dom.matches("<table>").count(),
+        source.matches("<table>").count(),
+        "{}: tables lost in the browser",
+        e.name
+    );
+    assert_eq!(
+        dom.matches("<figure><svg").count(),
+        e.charts,
+        "{}: charts",
+        e.name
+    );
     for header in &e.headers {
-        assert!(dom.contains(&format!(">{header}</th>")), "{}: no `{header}` column in the rendered page", e.name);
+        assert!(
+            dom.contains(&format!(">{header}</th>")),
+            "{}: no `{header}` column in the rendered page",
+            e.name
+        );
     }
     // Names from outside are text: no element was made of them, and they read as written.
-    assert!(!dom.contains("<script") && !dom.contains("<img"), "{}: markup from a name reached the DOM", e.name);
+    assert!(
+        !dom.contains("<script") && !dom.contains("<img"),
+        "{}: markup from a name reached the DOM",
+        e.name
+    );
     if e.hostile {
-        assert!(dom.contains(HOSTILE_AS_TEXT), "{}: the hostile name is not shown as text", e.name);
+        assert!(
+            dom.contains(HOSTILE_AS_TEXT),
+            "{}: the hostile name is not shown as text",
+            e.name
+        );
     }
     assert!(shot.exists(), "{}: no screenshot: {log}", e.name);
     let image = image::open(&shot).unwrap().to_rgb8();
     assert_eq!(image.dimensions(), (1280, 900));
     // Not blank: text and rules cover a few per cent of the first screen in many shades.
-    let inked = image.pixels().filter(|p| p.0.iter().any(|&c| c < 200)).count();
+    let inked = image
+        .pixels()
+        .filter(|p| p.0.iter().any(|&c| c < 200))
+        .count();
     let colours: HashSet<[u8; 3]> = image.pixels().map(|p| p.0.map(|c| c & 0xf0)).collect();
-    assert!(inked as f64 > 0.02 * 1280.0 * 900.0, "{}: only {inked} dark pixels on the first screen", e.name);
-    assert!(colours.len() > 20, "{}: {} colours on the first screen", e.name, colours.len());
+    assert!(
+        inked as f64 > 0.02 * 1280.0 * 900.0,
+        "{}: only {inked} dark pixels on the first screen",
+        e.name
+    );
+    assert!(
+        colours.len() > 20,
+        "{}: {} colours on the first screen",
+        e.name,
+        colours.len()
+    );
     // The verdict's colour is on the first screen (its box's rule, drawn solid).
-    let ruled = image.enumerate_pixels().filter(|(_, y, p)| *y < 600 && p.0.iter().zip(e.rule).all(|(&c, r)| c.abs_diff(r) <= 6)).count();
-    assert!(ruled > 500, "{}: the verdict's colour {:?} is not on the first screen ({ruled} pixels)", e.name, e.rule);
+    let ruled = image
+        .enumerate_pixels()
+        .filter(|(_, y, p)| *y < 600 && p.0.iter().zip(e.rule).all(|(&c, r)| c.abs_diff(r) <= 6))
+        .count();
+    assert!(
+        ruled > 500,
+        "{}: the verdict's colour {:?} is not on the first screen ({ruled} pixels)",
+        e.name,
+        e.rule
+    );
     shot
 }
 
@@ -129,36 +220,137 @@ fn every_report_page_renders_in_a_real_browser_with_its_verdict_first_and_every_
 
     // run-lab, as the binary writes it: a leak and its fix, each with its snapshot.
     let lab = root.join("run-lab");
-    let output = common::lab().args(["run-lab", "--device", "cpu", "--variant", "refs-leaky", "--variant", "refs-fixed", "--warmup", "5", "--requests", "30", "--memory-history", "3000", "--out"]).arg(&lab).output().unwrap();
-    assert!(output.status.success(), "run-lab: {}", String::from_utf8_lossy(&output.stderr));
-    assert!(String::from_utf8_lossy(&output.stdout).contains(&format!("report: {}", lab.join("report.html").display())));
-    pages.push(Expect { name: "run-lab", html: lab.join("report.html"), answer: "PASS".into(), rule: GOOD, headers: vec!["growing stage", "OOM (reference)", "probe", "first frame in your code"], charts: 3, hostile: false });
+    let output = common::lab()
+        .args([
+            "run-lab",
+            "--device",
+            "cpu",
+            "--variant",
+            "refs-leaky",
+            "--variant",
+            "refs-fixed",
+            "--warmup",
+            "5",
+            "--requests",
+            "30",
+            "--memory-history",
+            "3000",
+            "--out",
+        ])
+        .arg(&lab)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "run-lab: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout)
+        .contains(&format!("report: {}", lab.join("report.html").display())));
+    pages.push(Expect {
+        name: "run-lab",
+        html: lab.join("report.html"),
+        answer: "PASS".into(),
+        rule: GOOD,
+        headers: vec![
+            "growing stage",
+            "OOM (reference)",
+            "probe",
+            "first frame in your code",
+        ],
+        charts: 3,
+        hostile: false,
+    });
 
     // snapshot explain of the leak's own pickle, since the first event.
     let explain = root.join("explain");
-    let output = leaklab().args(["snapshot", "explain", "--since", "0", "--out"]).arg(&explain).arg(lab.join("refs-leaky.pickle")).output().unwrap();
-    assert!(output.status.success(), "explain: {}", String::from_utf8_lossy(&output.stderr));
-    let allocated = serde_json::from_slice::<serde_json::Value>(&std::fs::read(explain.join("report.json")).unwrap()).unwrap()["allocated_bytes"].as_f64().unwrap();
-    pages.push(Expect { name: "explain", html: explain.join("report.html"), answer: format!("{} allocated", leaklab_report::human_bytes(allocated)), rule: PLAIN, headers: vec!["first frame in your code", "called from"], charts: 0, hostile: false });
+    let output = leaklab()
+        .args(["snapshot", "explain", "--since", "0", "--out"])
+        .arg(&explain)
+        .arg(lab.join("refs-leaky.pickle"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "explain: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let allocated = serde_json::from_slice::<serde_json::Value>(
+        &std::fs::read(explain.join("report.json")).unwrap(),
+    )
+    .unwrap()["allocated_bytes"]
+        .as_f64()
+        .unwrap();
+    pages.push(Expect {
+        name: "explain",
+        html: explain.join("report.html"),
+        answer: format!("{} allocated", leaklab_report::human_bytes(allocated)),
+        rule: PLAIN,
+        headers: vec!["first frame in your code", "called from"],
+        charts: 0,
+        hostile: false,
+    });
 
     // A scan and a fleet whose names carry markup, written as the binary writes them.
     let scan = root.join("scan");
-    leaklab_report::write(&hostile::scan(), &Output::folder(&scan, false).markdown.unwrap()).unwrap();
-    pages.push(Expect { name: "scan", html: scan.join("report.html"), answer: "FAIL".into(), rule: BAD, headers: vec!["holder", "graph nodes", "first frame in your code"], charts: 2, hostile: true });
+    leaklab_report::write(
+        &hostile::scan(),
+        &Output::folder(&scan, false).markdown.unwrap(),
+    )
+    .unwrap();
+    pages.push(Expect {
+        name: "scan",
+        html: scan.join("report.html"),
+        answer: "FAIL".into(),
+        rule: BAD,
+        headers: vec!["holder", "graph nodes", "first frame in your code"],
+        charts: 2,
+        hostile: true,
+    });
     let fleet = root.join("fleet");
-    leaklab_report::write(&hostile::fleet(), &Output::folder(&fleet, false).markdown.unwrap()).unwrap();
-    pages.push(Expect { name: "fleet", html: fleet.join("report.html"), answer: "FAIL".into(), rule: BAD, headers: vec!["group", "judged on", "time to OOM"], charts: 0, hostile: true });
+    leaklab_report::write(
+        &hostile::fleet(),
+        &Output::folder(&fleet, false).markdown.unwrap(),
+    )
+    .unwrap();
+    pages.push(Expect {
+        name: "fleet",
+        html: fleet.join("report.html"),
+        answer: "FAIL".into(),
+        rule: BAD,
+        headers: vec!["group", "judged on", "time to OOM"],
+        charts: 0,
+        hostile: true,
+    });
     let written = started.elapsed();
 
     let shots = root.join("screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let opened = Instant::now();
-    let taken: Vec<PathBuf> = std::thread::scope(|s| pages.iter().map(|e| s.spawn(|| check(&exe, e, &shots))).collect::<Vec<_>>().into_iter().map(|h| h.join().unwrap()).collect());
+    let taken: Vec<PathBuf> = std::thread::scope(|s| {
+        pages
+            .iter()
+            .map(|e| s.spawn(|| check(&exe, e, &shots)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
     for (e, shot) in pages.iter().zip(&taken) {
         let size = std::fs::metadata(&e.html).unwrap().len();
-        eprintln!("{}: {} ({} kB), first screen {}", e.name, e.html.display(), size / 1000, shot.display());
+        eprintln!(
+            "{}: {} ({} kB), first screen {}",
+            e.name,
+            e.html.display(),
+            size / 1000,
+            shot.display()
+        );
     }
-    eprintln!("pages written in {:.1} s, opened in chromium in {:.1} s", written.as_secs_f64(), opened.elapsed().as_secs_f64());
+    eprintln!(
+        "pages written in {:.1} s, opened in chromium in {:.1} s",
+        written.as_secs_f64(),
+        opened.elapsed().as_secs_f64()
+    );
 }
 
 /// Reports whose names come from outside and carry markup.
@@ -174,28 +366,96 @@ mod hostile {
     fn census(holders: &[(&str, u64, u64)]) -> Census {
         let holders: Vec<Holder> = holders
             .iter()
-            .map(|&(name, tensors, bytes)| Holder { holder: name.into(), kind: "module global".into(), tensors, bytes, devices: BTreeMap::new(), dtypes: BTreeMap::new(), shapes: vec![vec![8, 512]], graph: GraphStats { tensors: 0, nodes: tensors * 3, saved_tensors: 0, saved_bytes: 0 } })
+            .map(|&(name, tensors, bytes)| Holder {
+                holder: name.into(),
+                kind: "module global".into(),
+                tensors,
+                bytes,
+                devices: BTreeMap::new(),
+                dtypes: BTreeMap::new(),
+                shapes: vec![vec![8, 512]],
+                graph: GraphStats {
+                    tensors: 0,
+                    nodes: tensors * 3,
+                    saved_tensors: 0,
+                    saved_bytes: 0,
+                },
+            })
             .collect();
-        let totals = Totals { tensors: holders.iter().map(|h| h.tensors).sum(), bytes: holders.iter().map(|h| h.bytes).sum(), graph_nodes: 0, graph_saved_bytes: 0 };
-        Census { schema: agent::SCHEMA.into(), pid: 1, taken_at: 0.0, seconds: 0.2, complete: true, stopped_early: None, objects: 100_000, totals, holders, holders_omitted: 0 }
+        let totals = Totals {
+            tensors: holders.iter().map(|h| h.tensors).sum(),
+            bytes: holders.iter().map(|h| h.bytes).sum(),
+            graph_nodes: 0,
+            graph_saved_bytes: 0,
+        };
+        Census {
+            schema: agent::SCHEMA.into(),
+            pid: 1,
+            taken_at: 0.0,
+            seconds: 0.2,
+            complete: true,
+            stopped_early: None,
+            objects: 100_000,
+            totals,
+            holders,
+            holders_omitted: 0,
+        }
     }
 
     /// One series of a leak of 16 kB a request, over `base` bytes, with page-sized noise.
     fn series(name: String, base: i64, budget: Budget) -> SeriesResult {
-        let samples: Vec<(u64, i64)> = (0..650u64).map(|i| (i, base + 16_384 * i as i64 + ((i * 7919) % 13) as i64 * 4096)).collect();
+        let samples: Vec<(u64, i64)> = (0..650u64)
+            .map(|i| {
+                (
+                    i,
+                    base + 16_384 * i as i64 + ((i * 7919) % 13) as i64 * 4096,
+                )
+            })
+            .collect();
         let judgement = judge_noisy(&samples, &NoisyConfig::new(50)).unwrap();
         let (ops, seconds_to_oom) = leaklab_scan::verdict::ops(&judgement, Some(2 << 30), budget);
         assert_eq!(ops, Ops::Fail);
-        SeriesResult { series: name, kind: Kind::Host, samples, judgement: Some(judgement), why_not_judged: None, capacity_bytes: Some(2 << 30), seconds_to_oom, ops: Some(ops) }
+        SeriesResult {
+            series: name,
+            kind: Kind::Host,
+            samples,
+            judgement: Some(judgement),
+            why_not_judged: None,
+            capacity_bytes: Some(2 << 30),
+            seconds_to_oom,
+            ops: Some(ops),
+        }
     }
 
     /// A leak of 16 kB a request in anonymous memory, the holder that keeps it named `<script>…`.
     pub fn scan() -> ScanReport {
-        let budget = Budget { steps_per_second: 10.0, seconds: 7.0 * 86400.0 };
+        let budget = Budget {
+            steps_per_second: 10.0,
+            seconds: 7.0 * 86400.0,
+        };
         let before = census(&[(HOSTILE, 50, 819_200), ("model.weights", 4, 4_000_000)]);
-        let after = census(&[(HOSTILE, 650, 10_649_600), ("model.weights", 4, 4_000_000), ("app.state.cache", 32, 131_072)]);
-        let holder = leaklab_snapshot::Holder { site: format!("app.py:41 in predict {HOSTILE}"), bytes: 9_830_400, blocks: 600, stack: vec!["uvicorn/protocols.py:12 in run".into(), "app.py:80 in handler".into()] };
-        let who_holds = leaklab_snapshot::Difference { bytes: 9_830_400, blocks: 600, bytes_per_request: Some(16_384.0), holders: vec![holder], before_bytes: 5_000_000, after_bytes: 14_830_400 };
+        let after = census(&[
+            (HOSTILE, 650, 10_649_600),
+            ("model.weights", 4, 4_000_000),
+            ("app.state.cache", 32, 131_072),
+        ]);
+        let holder = leaklab_snapshot::Holder {
+            site: format!("app.py:41 in predict {HOSTILE}"),
+            bytes: 9_830_400,
+            blocks: 600,
+            stack: vec![
+                "uvicorn/protocols.py:12 in run".into(),
+                "app.py:80 in handler".into(),
+            ],
+        };
+        let who_holds = leaklab_snapshot::Difference {
+            bytes: 9_830_400,
+            blocks: 600,
+            bytes_per_request: Some(16_384.0),
+            holders: vec![holder],
+            before_bytes: 5_000_000,
+            after_bytes: 14_830_400,
+        };
         ScanReport {
             url: format!("http://127.0.0.1:8000/predict?q={HOSTILE}"),
             outcome: Outcome::Fail,
@@ -208,10 +468,19 @@ mod hostile {
             seconds: 11.6,
             requests_per_second_measured: 56.0,
             budget: Some(budget),
-            series: vec![series("rss".into(), 520_000_000, budget), series(format!("anonymous{{pod=\"{HOSTILE}\"}}"), 300_000_000, budget)],
+            series: vec![
+                series("rss".into(), 520_000_000, budget),
+                series(
+                    format!("anonymous{{pod=\"{HOSTILE}\"}}"),
+                    300_000_000,
+                    budget,
+                ),
+            ],
             who_holds: Some(who_holds),
             census: Some(agent::diff(&before, &after, 150)),
-            notes: vec![format!("stopped reading metrics at {HOSTILE} after request 12")],
+            notes: vec![format!(
+                "stopped reading metrics at {HOSTILE} after request 12"
+            )],
         }
     }
 
@@ -220,12 +489,40 @@ mod hostile {
         let end = 1_700_000_000.0;
         let span = 12.0 * 3600.0;
         let pods = leaklab_fleet::synthetic::fleet(1, end, span, 60.0);
-        let mut series: Vec<_> = leaklab_fleet::synthetic::series(&pods).into_iter().filter(|s| pods.iter().any(|p| p.name == s.labels["pod"] && p.pattern.is_gpu())).collect();
+        let mut series: Vec<_> = leaklab_fleet::synthetic::series(&pods)
+            .into_iter()
+            .filter(|s| {
+                pods.iter()
+                    .any(|p| p.name == s.labels["pod"] && p.pattern.is_gpu())
+            })
+            .collect();
         series[0].labels.insert("pod".into(), HOSTILE.into());
-        let budget = leaklab_detect::budget::Budget { steps_per_second: 1.0, seconds: 3.0 * 86400.0 };
-        let config = leaklab_fleet::JudgeConfig { range: leaklab_fleet::prometheus::Range { start: end - span, end, step: 60.0 }, unit_bytes: 1024.0 * 1024.0, warmup_s: 1800.0, budget };
-        let pods = leaklab_fleet::judge_fleet(&series, &Default::default(), Some(80 << 30), &Default::default(), &config);
-        let outcome = if pods.iter().any(|p| p.ops.is_some_and(Ops::fails)) { Outcome::Fail } else { Outcome::Pass };
+        let budget = leaklab_detect::budget::Budget {
+            steps_per_second: 1.0,
+            seconds: 3.0 * 86400.0,
+        };
+        let config = leaklab_fleet::JudgeConfig {
+            range: leaklab_fleet::prometheus::Range {
+                start: end - span,
+                end,
+                step: 60.0,
+            },
+            unit_bytes: 1024.0 * 1024.0,
+            warmup_s: 1800.0,
+            budget,
+        };
+        let pods = leaklab_fleet::judge_fleet(
+            &series,
+            &Default::default(),
+            Some(80 << 30),
+            &Default::default(),
+            &config,
+        );
+        let outcome = if pods.iter().any(|p| p.ops.is_some_and(Ops::fails)) {
+            Outcome::Fail
+        } else {
+            Outcome::Pass
+        };
         leaklab_fleet::FleetReport {
             prometheus: format!("https://prometheus.internal:9090/{HOSTILE}"),
             query: "sum by (pod) (DCGM_FI_DEV_FB_USED)".into(),

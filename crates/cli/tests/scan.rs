@@ -11,7 +11,15 @@ use std::process::Command;
 /// `leaklab scan` with the test's common flags; its exit code and JSON report.
 fn scan(url: &str, body: &Path, out: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
     let output = leaklab()
-        .args(["scan", url, "--header", "content-type: application/json", "--vary", "--json", "--out"])
+        .args([
+            "scan",
+            url,
+            "--header",
+            "content-type: application/json",
+            "--vary",
+            "--json",
+            "--out",
+        ])
         .arg(out)
         .arg("--body")
         .arg(body)
@@ -24,33 +32,77 @@ fn scan(url: &str, body: &Path, out: &Path, extra: &[&str]) -> (i32, serde_json:
 }
 
 fn series<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["series"].as_array().unwrap().iter().find(|s| s["series"] == name).unwrap_or_else(|| panic!("no series {name} in {report}"))
+    report["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["series"] == name)
+        .unwrap_or_else(|| panic!("no series {name} in {report}"))
 }
 
 /// A budget that separates a real leak from the twin's own slow growth (its bounded sample
 /// buffer filling, about 1 to 3 kB per request): 8 GiB at 5 requests/s for 2 days is about
 /// 9.5 kB per request.
-const BUDGET: [&str; 6] = ["--capacity", "8GiB", "--rate", "5", "--fail-if-oom-within", "2d"];
+const BUDGET: [&str; 6] = [
+    "--capacity",
+    "8GiB",
+    "--rate",
+    "5",
+    "--fail-if-oom-within",
+    "2d",
+];
 
 #[test]
 fn every_leaky_twin_variant_fails_and_every_fixed_one_passes_by_pid_and_by_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
     let mut seen = Vec::new();
-    for (variant, leaky) in [("graph-leaky", true), ("refs-leaky", true), ("cache-leaky", true), ("graph-fixed", false), ("refs-fixed", false), ("baseline", false)] {
+    for (variant, leaky) in [
+        ("graph-leaky", true),
+        ("refs-leaky", true),
+        ("cache-leaky", true),
+        ("graph-fixed", false),
+        ("refs-fixed", false),
+        ("baseline", false),
+    ] {
         let service = twin(variant, dir.path(), &[]);
         let (pid, metrics) = (service.pid(), format!("{}/metrics", service.base));
-        let mut flags = vec!["--pid", &pid, "--metrics", &metrics, "--series", "process_resident_memory_bytes", "--requests", "400", "--warmup", "50"];
+        let mut flags = vec![
+            "--pid",
+            &pid,
+            "--metrics",
+            &metrics,
+            "--series",
+            "process_resident_memory_bytes",
+            "--requests",
+            "400",
+            "--warmup",
+            "50",
+        ];
         flags.extend(BUDGET);
         let out = dir.path().join(variant);
-        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &out, &flags);
+        let (code, report, stderr) =
+            scan(&format!("{}/v1/infer", service.base), &body, &out, &flags);
         let anon = series(&report, "anonymous");
         let rss_metric = series(&report, "process_resident_memory_bytes");
-        seen.push(format!("{variant}: exit {code}, anonymous {} {:.0} B/request, /metrics RSS {} {:.0} B/request", anon["judgement"]["verdict"], anon["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap_or(0.0), rss_metric["judgement"]["verdict"], rss_metric["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap_or(0.0)));
+        seen.push(format!(
+            "{variant}: exit {code}, anonymous {} {:.0} B/request, /metrics RSS {} {:.0} B/request",
+            anon["judgement"]["verdict"],
+            anon["judgement"]["slope"]["bytes_per_request"]
+                .as_f64()
+                .unwrap_or(0.0),
+            rss_metric["judgement"]["verdict"],
+            rss_metric["judgement"]["slope"]["bytes_per_request"]
+                .as_f64()
+                .unwrap_or(0.0)
+        ));
         if leaky {
             assert_eq!(code, 1, "{variant} must fail: {report}\n{stderr}");
             assert_eq!(anon["judgement"]["verdict"], "leak", "{variant} by PID");
-            assert_eq!(rss_metric["judgement"]["verdict"], "leak", "{variant} by its /metrics");
+            assert_eq!(
+                rss_metric["judgement"]["verdict"], "leak",
+                "{variant} by its /metrics"
+            );
         } else {
             assert_eq!(code, 0, "{variant} must pass: {report}\n{stderr}");
         }
@@ -78,39 +130,81 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
         let service = common::rust_with(variant, &["--memory-history", "50000"]);
         let snapshot = format!("{}/debug/memory/snapshot", service.base);
         let pid = service.pid();
-        let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "50", "--snapshot", &snapshot];
+        let mut flags = vec![
+            "--pid",
+            &pid,
+            "--requests",
+            "400",
+            "--warmup",
+            "50",
+            "--snapshot",
+            &snapshot,
+        ];
         flags.extend(BUDGET);
         // The test's own reading of what the scan reads, just before it: the same figure.
         let before = anonymous_bytes(&pid);
-        let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &dir.path().join(variant), &flags);
+        let (code, report, stderr) = scan(
+            &format!("{}/v1/infer", service.base),
+            &body,
+            &dir.path().join(variant),
+            &flags,
+        );
         assert_eq!(code, 1, "{variant} leaks tens of kB a request from outside: it must fail the budget: {report}\n{stderr}");
-        let samples: Vec<serde_json::Value> = serde_json::from_str(&reqwest_get(&format!("{}/debug/memory/samples?since=100", service.base))).unwrap();
+        let samples: Vec<serde_json::Value> = serde_json::from_str(&reqwest_get(&format!(
+            "{}/debug/memory/samples?since=100",
+            service.base
+        )))
+        .unwrap();
         let (first, last) = (&samples[0], &samples[samples.len() - 1]);
-        let exact = (last["memory"]["cpu"]["live_bytes"].as_f64().unwrap() - first["memory"]["cpu"]["live_bytes"].as_f64().unwrap()) / (last["request"].as_f64().unwrap() - first["request"].as_f64().unwrap());
-        let anon = series(&report, "anonymous")["judgement"]["slope"]["bytes_per_request"].as_f64().unwrap();
+        let exact = (last["memory"]["cpu"]["live_bytes"].as_f64().unwrap()
+            - first["memory"]["cpu"]["live_bytes"].as_f64().unwrap())
+            / (last["request"].as_f64().unwrap() - first["request"].as_f64().unwrap());
+        let anon = series(&report, "anonymous")["judgement"]["slope"]["bytes_per_request"]
+            .as_f64()
+            .unwrap();
         let ratio = anon / exact;
         eprintln!("{variant}: anonymous {anon:.0} B/request from outside, exact allocator {exact:.0}: ratio {ratio:.2}");
         // From outside the process sees the tensors plus what malloc holds beside them
         // (autograd nodes, freed chunks it cannot return between kept tensors).
-        assert!(ratios.contains(&ratio), "{variant}: ratio {ratio}, outside {ratios:?}");
+        assert!(
+            ratios.contains(&ratio),
+            "{variant}: ratio {ratio}, outside {ratios:?}"
+        );
         // What the ratio cannot catch for refs-leaky (malloc spreads it over 1.02 to 4.04): a
         // reading doubled (the process counted twice), in other units, or of another process.
         // The scan's first reading, one request after the test's own, is that reading's level.
-        let first = series(&report, "anonymous")["samples"][0][1].as_f64().unwrap();
+        let first = series(&report, "anonymous")["samples"][0][1]
+            .as_f64()
+            .unwrap();
         let level = first / before;
         eprintln!("{variant}: the scan's first reading {first:.0} B, the test's own just before {before:.0} B: {level:.3}");
-        assert!(LEVEL.contains(&level), "{variant}: the scan read {first} B where the process held {before} B");
+        assert!(
+            LEVEL.contains(&level),
+            "{variant}: the scan read {first} B where the process held {before} B"
+        );
         // The snapshots after the warm-up and at the end name the line, and what accumulated
         // between them is the exact allocator's growth.
         let held = &report["who_holds"];
-        let site = held["holders"][0]["site"].as_str().unwrap_or_else(|| panic!("{variant}: no who-holds-it in {}", report["notes"]));
+        let site = held["holders"][0]["site"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{variant}: no who-holds-it in {}", report["notes"]));
         // The kept tensors were born in the model's forward (a closure built in `Mlp::new`) or in
         // the cause's own file, as the issue's oracle allows.
-        assert!(site.contains("crates/model/src/lib.rs:") || site.contains("crates/service/src/causes/"), "{variant}: {site}");
+        assert!(
+            site.contains("crates/model/src/lib.rs:")
+                || site.contains("crates/service/src/causes/"),
+            "{variant}: {site}"
+        );
         let per_request = held["bytes_per_request"].as_f64().unwrap();
-        assert!((per_request / exact - 1.0).abs() < 0.1, "{variant}: snapshots {per_request:.0} B/request, allocator {exact:.0}");
+        assert!(
+            (per_request / exact - 1.0).abs() < 0.1,
+            "{variant}: snapshots {per_request:.0} B/request, allocator {exact:.0}"
+        );
         let md = std::fs::read_to_string(dir.path().join(variant).join("report.md")).unwrap();
-        assert!(md.contains("Who holds the memory the judged requests left live"), "{md}");
+        assert!(
+            md.contains("Who holds the memory the judged requests left live"),
+            "{md}"
+        );
     }
 }
 
@@ -122,7 +216,10 @@ const LEVEL: std::ops::Range<f64> = 1.0..1.1;
 /// `Anonymous:` of `/proc/PID/smaps_rollup`, in bytes (the kernel writes kB).
 fn anonymous_bytes(pid: &str) -> f64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
-    let kb = text.lines().find_map(|l| l.strip_prefix("Anonymous:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    let kb = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Anonymous:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
     kb.expect("smaps_rollup has Anonymous:") * 1024.0
 }
 
@@ -136,25 +233,54 @@ fn a_real_v1_cgroup_is_read_with_its_limit() {
     let parent = Path::new("/sys/fs/cgroup/memory");
     let test = "a_real_v1_cgroup_is_read_with_its_limit";
     if !parent.join("memory.usage_in_bytes").exists() {
-        return skip_missing(test, &format!("a cgroup v1 memory controller at {}", parent.display()));
+        return skip_missing(
+            test,
+            &format!("a cgroup v1 memory controller at {}", parent.display()),
+        );
     }
     let group = parent.join(format!("leaklab-test-{}", std::process::id()));
     if let Err(e) = std::fs::create_dir(&group) {
-        return skip_missing(test, &format!("a child cgroup of {} (root, to create it: {e})", parent.display()));
+        return skip_missing(
+            test,
+            &format!(
+                "a child cgroup of {} (root, to create it: {e})",
+                parent.display()
+            ),
+        );
     }
     std::fs::write(group.join("memory.limit_in_bytes"), "2147483648").unwrap();
     let service = rust("refs-leaky");
     std::fs::write(group.join("cgroup.procs"), service.pid()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
-    let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, dir.path(), &["--cgroup", group.to_str().unwrap(), "--requests", "300", "--warmup", "30", "--rate", "50"]);
+    let (code, report, stderr) = scan(
+        &format!("{}/v1/infer", service.base),
+        &body,
+        dir.path(),
+        &[
+            "--cgroup",
+            group.to_str().unwrap(),
+            "--requests",
+            "300",
+            "--warmup",
+            "30",
+            "--rate",
+            "50",
+        ],
+    );
     drop(service);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let _ = std::fs::remove_dir(&group);
     // Tens of kB a request at 50 a second fill 2 GiB within the hour: far inside a week.
-    assert_eq!(code, 1, "a leak that fills the cgroup within the hour must fail the scan: {report}\n{stderr}");
+    assert_eq!(
+        code, 1,
+        "a leak that fills the cgroup within the hour must fail the scan: {report}\n{stderr}"
+    );
     let ws = series(&report, "cgroup_working_set");
-    assert_eq!(ws["capacity_bytes"], 2147483648u64, "the cgroup's limit is the capacity");
+    assert_eq!(
+        ws["capacity_bytes"], 2147483648u64,
+        "the cgroup's limit is the capacity"
+    );
     assert_eq!(ws["judgement"]["verdict"], "leak", "{ws}");
 }
 
@@ -164,39 +290,130 @@ fn bad_targets_get_clear_messages_and_exit_2() {
     let body = body(dir.path());
     let me = std::process::id().to_string();
     // Nothing listens there.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (code, _, stderr) = scan(&format!("http://{free}/v1/infer"), &body, dir.path(), &["--pid", &me]);
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (code, _, stderr) = scan(
+        &format!("http://{free}/v1/infer"),
+        &body,
+        dir.path(),
+        &["--pid", &me],
+    );
     assert_eq!(code, 2);
     assert!(stderr.contains("does not answer"), "{stderr}");
     // No signal, a dead PID, a cgroup that does not exist.
     let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &[]);
-    assert!(code == 2 && stderr.contains("no memory signal to watch"), "{stderr}");
-    let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &["--pid", "999999999"]);
-    assert!(code == 2 && stderr.contains("gone or unreadable"), "{stderr}");
-    let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &["--cgroup", "/sys/fs/cgroup/memory/no-such-group"]);
-    assert!(code == 2 && stderr.contains("not a cgroup with a memory controller"), "{stderr}");
+    assert!(
+        code == 2 && stderr.contains("no memory signal to watch"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = scan(
+        &format!("http://{free}/"),
+        &body,
+        dir.path(),
+        &["--pid", "999999999"],
+    );
+    assert!(
+        code == 2 && stderr.contains("gone or unreadable"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = scan(
+        &format!("http://{free}/"),
+        &body,
+        dir.path(),
+        &["--cgroup", "/sys/fs/cgroup/memory/no-such-group"],
+    );
+    assert!(
+        code == 2 && stderr.contains("not a cgroup with a memory controller"),
+        "{stderr}"
+    );
     // A pace that no clock can keep.
     for pace in ["0", "-3", "inf", "fast"] {
-        let (code, _, stderr) = scan(&format!("http://{free}/"), &body, dir.path(), &["--pid", &me, &format!("--pace={pace}")]);
-        assert!(code == 2 && stderr.contains("is not a rate"), "--pace {pace}: {stderr}");
+        let (code, _, stderr) = scan(
+            &format!("http://{free}/"),
+            &body,
+            dir.path(),
+            &["--pid", &me, &format!("--pace={pace}")],
+        );
+        assert!(
+            code == 2 && stderr.contains("is not a rate"),
+            "--pace {pace}: {stderr}"
+        );
     }
     // A metrics endpoint without the series, and one that is not Prometheus text.
     let service = rust("baseline");
-    let (code, _, stderr) = scan(&format!("{}/v1/infer", service.base), &body, dir.path(), &["--metrics", &format!("{}/metrics", service.base), "--series", "no_such_series"]);
-    assert!(code == 2 && stderr.contains("no series `no_such_series`") && stderr.contains("leaklab_memory_bytes"), "{stderr}");
-    let (code, _, stderr) = scan(&format!("{}/v1/infer", service.base), &body, dir.path(), &["--metrics", &format!("{}/debug/memory", service.base), "--series", "x"]);
+    let (code, _, stderr) = scan(
+        &format!("{}/v1/infer", service.base),
+        &body,
+        dir.path(),
+        &[
+            "--metrics",
+            &format!("{}/metrics", service.base),
+            "--series",
+            "no_such_series",
+        ],
+    );
+    assert!(
+        code == 2
+            && stderr.contains("no series `no_such_series`")
+            && stderr.contains("leaklab_memory_bytes"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = scan(
+        &format!("{}/v1/infer", service.base),
+        &body,
+        dir.path(),
+        &[
+            "--metrics",
+            &format!("{}/debug/memory", service.base),
+            "--series",
+            "x",
+        ],
+    );
     // JSON, not an exposition: said as such, whatever series was asked for.
-    assert!(code == 2 && stderr.contains("did not answer in the Prometheus text format"), "{stderr}");
+    assert!(
+        code == 2 && stderr.contains("did not answer in the Prometheus text format"),
+        "{stderr}"
+    );
     // A 4xx storm (a body the service refuses): the scan stops, says why, keeps its report.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, br#"{"inputs": [[1.0, 2.0]]}"#).unwrap();
     let out = dir.path().join("storm");
-    let output = leaklab().args(["scan", &format!("{}/v1/infer", service.base), "--header", "content-type: application/json", "--json", "--pid", &service.pid(), "--out"]).arg(&out).arg("--body").arg(&bad).output().unwrap();
+    let output = leaklab()
+        .args([
+            "scan",
+            &format!("{}/v1/infer", service.base),
+            "--header",
+            "content-type: application/json",
+            "--json",
+            "--pid",
+            &service.pid(),
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--body")
+        .arg(&bad)
+        .output()
+        .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(output.status.code(), Some(2), "too few good answers to judge");
-    assert!(report["notes"][0].as_str().unwrap().contains("were errors"), "{report}");
-    assert_eq!(report["error_kinds"]["HTTP 422"].as_u64().unwrap() as usize, report["errors"].as_u64().unwrap() as usize);
-    assert!(out.join("report.json").exists(), "the partial report is kept");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "too few good answers to judge"
+    );
+    assert!(
+        report["notes"][0].as_str().unwrap().contains("were errors"),
+        "{report}"
+    );
+    assert_eq!(
+        report["error_kinds"]["HTTP 422"].as_u64().unwrap() as usize,
+        report["errors"].as_u64().unwrap() as usize
+    );
+    assert!(
+        out.join("report.json").exists(),
+        "the partial report is kept"
+    );
     // What the service said, and what usually causes a 422.
     let said = first_error(&report);
     assert_eq!(said, "the first error answer was HTTP 422 Unprocessable Entity, with `{\"error\":\"row 0 has 2 features; the model takes 512\"}`: the service could not read the body as the endpoint expects: check its shape (the fields and types the endpoint declares) and its content type (content type application/json was sent; --header 'content-type: …' sets another)");
@@ -214,24 +431,58 @@ fn without_a_rate_any_proven_leak_fails_and_the_seed_budget_is_asked_for_by_name
     let short = ["--pid", &pid, "--requests", "200", "--warmup", "30"];
     let out = dir.path().join("no-budget");
     let (code, report, stderr) = scan(&url, &body, &out, &short);
-    assert_eq!(code, 1, "a proven leak with no budget fails: {report}\n{stderr}");
+    assert_eq!(
+        code, 1,
+        "a proven leak with no budget fails: {report}\n{stderr}"
+    );
     assert_eq!(report["budget"], serde_json::Value::Null);
     let anon = series(&report, "anonymous");
-    assert_eq!((&anon["judgement"]["verdict"], &anon["ops"]), (&serde_json::json!("leak"), &serde_json::json!("fail")), "{anon}");
+    assert_eq!(
+        (&anon["judgement"]["verdict"], &anon["ops"]),
+        (&serde_json::json!("leak"), &serde_json::json!("fail")),
+        "{anon}"
+    );
     // Its time to OOM is at the measured rate, from the floor now to the capacity.
-    let (j, f) = (&anon["judgement"], |v: &serde_json::Value| v.as_f64().unwrap());
-    let at_measured = (f(&anon["capacity_bytes"]) - f(&j["floor_now"])) / f(&j["slope"]["bytes_per_request"]) / f(&report["requests_per_second_measured"]);
-    assert!((f(&anon["seconds_to_oom"]) / at_measured - 1.0).abs() < 1e-9, "{} s, not {at_measured} s", anon["seconds_to_oom"]);
+    let (j, f) = (&anon["judgement"], |v: &serde_json::Value| {
+        v.as_f64().unwrap()
+    });
+    let at_measured = (f(&anon["capacity_bytes"]) - f(&j["floor_now"]))
+        / f(&j["slope"]["bytes_per_request"])
+        / f(&report["requests_per_second_measured"]);
+    assert!(
+        (f(&anon["seconds_to_oom"]) / at_measured - 1.0).abs() < 1e-9,
+        "{} s, not {at_measured} s",
+        anon["seconds_to_oom"]
+    );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("FAIL: a leak is proven (no budget: any growth proven is a leak;"), "{md}");
+    assert!(
+        md.contains("FAIL: a leak is proven (no budget: any growth proven is a leak;"),
+        "{md}"
+    );
     // The seed's scenario, by name: tens of kB a request at one request every 32 s last months.
-    let (code, report, stderr) = scan(&url, &body, &dir.path().join("seed"), &[&short[..], &["--budget", "seed"]].concat());
+    let (code, report, stderr) = scan(
+        &url,
+        &body,
+        &dir.path().join("seed"),
+        &[&short[..], &["--budget", "seed"]].concat(),
+    );
     assert_eq!(code, 0, "{report}\n{stderr}");
-    assert_eq!(report["budget"], serde_json::json!({"steps_per_second": 1.0 / 32.0, "seconds": 7.0 * 86400.0}));
+    assert_eq!(
+        report["budget"],
+        serde_json::json!({"steps_per_second": 1.0 / 32.0, "seconds": 7.0 * 86400.0})
+    );
     assert_eq!(series(&report, "anonymous")["ops"], "pass");
     // A time to OOM within which memory must last, with no rate to reach it at: refused.
-    let (code, _, stderr) = scan(&url, &body, &dir.path().join("refused"), &[&short[..], &["--fail-if-oom-within", "3d"]].concat());
-    assert!(code == 2 && stderr.contains("give the production rate with --rate too"), "{stderr}");
+    let (code, _, stderr) = scan(
+        &url,
+        &body,
+        &dir.path().join("refused"),
+        &[&short[..], &["--fail-if-oom-within", "3d"]].concat(),
+    );
+    assert!(
+        code == 2 && stderr.contains("give the production rate with --rate too"),
+        "{stderr}"
+    );
 }
 
 /// Requests as users write them: a JSON body with no `--header` goes as `application/json`
@@ -245,14 +496,36 @@ fn a_json_body_goes_as_json_and_a_refused_content_type_is_said_with_the_services
     let url = format!("{}/v1/infer", service.base);
     let run = |extra: &[&str]| {
         let out = dir.path().join("out");
-        let output = leaklab().args(["scan", &url, "--json", "--pid", &service.pid(), "--requests", "60", "--warmup", "10", "--out"]).arg(&out).arg("--body").arg(&body).args(extra).output().unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stderr)));
+        let output = leaklab()
+            .args([
+                "scan",
+                &url,
+                "--json",
+                "--pid",
+                &service.pid(),
+                "--requests",
+                "60",
+                "--warmup",
+                "10",
+                "--out",
+            ])
+            .arg(&out)
+            .arg("--body")
+            .arg(&body)
+            .args(extra)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stderr)));
         (output.status.code().unwrap_or(-1), report)
     };
     // Every answer a success, so the scan judges (its verdict on 60 requests is beside the point:
     // one took a 5.7 MB arena step at request 45 and read as a leak).
     let (code, report) = run(&[]);
-    assert_eq!(report["errors"], 0, "as written, with no --header: {report}");
+    assert_eq!(
+        report["errors"], 0,
+        "as written, with no --header: {report}"
+    );
     assert_eq!(report["requests_sent"], 70, "{report}");
     assert_ne!(code, 2, "{report}");
     let (code, report) = run(&["--header", "content-type: text/plain"]);
@@ -264,7 +537,11 @@ fn a_json_body_goes_as_json_and_a_refused_content_type_is_said_with_the_services
 /// The report's note on the first answer that was not a success.
 fn first_error(report: &serde_json::Value) -> &str {
     let notes = report["notes"].as_array().unwrap();
-    notes.iter().filter_map(|n| n.as_str()).find(|n| n.starts_with("the first error answer")).unwrap_or_else(|| panic!("no note on the first error answer: {report}"))
+    notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("the first error answer"))
+        .unwrap_or_else(|| panic!("no note on the first error answer: {report}"))
 }
 
 #[test]
@@ -272,14 +549,25 @@ fn a_service_that_dies_mid_scan_leaves_a_report_of_what_was_measured() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
     let mut c = Command::new(service_exe());
-    c.env("LEAKLAB_CRASH_AFTER", "refs-leaky:220").args(["serve", "--variant", "refs-leaky", "--port", "0", "--threads", "1"]);
+    c.env("LEAKLAB_CRASH_AFTER", "refs-leaky:220").args([
+        "serve",
+        "--variant",
+        "refs-leaky",
+        "--port",
+        "0",
+        "--threads",
+        "1",
+    ]);
     let service = Service::start(c);
     let out = dir.path().join("died");
     let pid = service.pid();
     let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "20"];
     flags.extend(BUDGET);
     let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &out, &flags);
-    assert_eq!(code, 1, "the 200 judged requests before the crash show the leak: {report}\n{stderr}");
+    assert_eq!(
+        code, 1,
+        "the 200 judged requests before the crash show the leak: {report}\n{stderr}"
+    );
     let notes = report["notes"].to_string();
     // The first answer after the crash is a refused connection, and the reading after it finds
     // the process gone: the signal stops before errors can reach half the answers.
@@ -301,7 +589,20 @@ fn a_hanging_target_times_out_per_request_and_stops() {
     });
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
-    let (code, _, stderr) = scan(&format!("http://{addr}/v1/infer"), &body, dir.path(), &["--pid", &std::process::id().to_string(), "--timeout", "300ms"]);
+    let (code, _, stderr) = scan(
+        &format!("http://{addr}/v1/infer"),
+        &body,
+        dir.path(),
+        &[
+            "--pid",
+            &std::process::id().to_string(),
+            "--timeout",
+            "300ms",
+        ],
+    );
     assert_eq!(code, 2);
-    assert!(stderr.contains("does not answer") && stderr.contains("timed out"), "{stderr}");
+    assert!(
+        stderr.contains("does not answer") && stderr.contains("timed out"),
+        "{stderr}"
+    );
 }

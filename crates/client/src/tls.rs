@@ -58,10 +58,18 @@ impl ServerCertVerifier for GivenOrWebPki {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let verdict =
-            self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+        let verdict = self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
         match verdict {
-            Err(e) if ca_used_as_end_entity(&e) && self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) => {
+            Err(e)
+                if ca_used_as_end_entity(&e)
+                    && self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
+            {
                 check_dates(end_entity, now)?;
                 verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
                 Ok(ServerCertVerified::assertion())
@@ -70,11 +78,21 @@ impl ServerCertVerifier for GivenOrWebPki {
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
@@ -92,12 +110,18 @@ pub(crate) fn config(given: Vec<CertificateDer<'static>>) -> Result<rustls::Clie
     // As reqwest does: a system store's unparsable entries (ancient roots) are skipped.
     roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
     for cert in &given {
-        roots.add(cert.clone()).map_err(|e| format!("a certificate cannot be a trust anchor: {e}"))?;
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("a certificate cannot be a trust anchor: {e}"))?;
     }
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
         .map_err(|e| e.to_string())?;
-    let verifier = GivenOrWebPki { webpki, given, algorithms: provider.signature_verification_algorithms };
+    let verifier = GivenOrWebPki {
+        webpki,
+        given,
+        algorithms: provider.signature_verification_algorithms,
+    };
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -110,12 +134,17 @@ pub(crate) fn config(given: Vec<CertificateDer<'static>>) -> Result<rustls::Clie
 }
 
 /// The rustls error inside a transport failure, if that is what it is.
-pub(crate) fn rustls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+pub(crate) fn rustls_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
     if let Some(tls) = error.downcast_ref::<rustls::Error>() {
         return Some(tls);
     }
     // io::Error's own `source` skips the error it wraps (hyper wraps rustls's error in two).
-    if let Some(inner) = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+    if let Some(inner) = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+    {
         return rustls_error(inner);
     }
     error.source().and_then(rustls_error)
@@ -127,7 +156,11 @@ pub(crate) fn advice(error: &rustls::Error) -> Option<String> {
     if ca_used_as_end_entity(error) {
         return Some("the server's certificate is self-signed (a CA certificate serving as its own) and is not one --ca-cert gives: give that very certificate (PEM) with --ca-cert FILE".into());
     }
-    let rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext { expected, presented }) = error else {
+    let rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+        expected,
+        presented,
+    }) = error
+    else {
         return None;
     };
     let host = expected.to_str();

@@ -22,7 +22,10 @@ pub struct Budget {
 
 impl Budget {
     /// The reference scenario of the lab's story: one request every 32 s, a week between restarts.
-    pub const SEED: Budget = Budget { steps_per_second: 1.0 / 32.0, seconds: 7.0 * 86400.0 };
+    pub const SEED: Budget = Budget {
+        steps_per_second: 1.0 / 32.0,
+        seconds: 7.0 * 86400.0,
+    };
 }
 
 /// A budget by name (`--budget seed`).
@@ -108,7 +111,14 @@ pub fn ops(j: &NoisyJudgement, capacity: Option<u64>, budget: Budget) -> (Ops, O
 /// With no budget: any proven leak fails; the time to OOM, where a capacity is known, is at
 /// `measured` steps a second (the rate the scan drove), from the judged floor's last point.
 pub fn unbudgeted(j: &NoisyJudgement, capacity: Option<u64>, measured: f64) -> (Ops, Option<f64>) {
-    let seconds = capacity.and_then(|c| seconds_to_oom(c as f64, j.floor_now as f64, j.slope.bytes_per_request, measured));
+    let seconds = capacity.and_then(|c| {
+        seconds_to_oom(
+            c as f64,
+            j.floor_now as f64,
+            j.slope.bytes_per_request,
+            measured,
+        )
+    });
     let ops = match (proven(j.verdict, &j.slope, 0.0), capacity) {
         (true, _) => Ops::Fail,
         (false, Some(_)) => Ops::Pass,
@@ -120,9 +130,16 @@ pub fn unbudgeted(j: &NoisyJudgement, capacity: Option<u64>, measured: f64) -> (
 /// [`ops`] from another level than the judged floor's last point: the fleet scan judges one
 /// stretch of a series (a life before a restart, the troughs of a sawtooth) and projects from
 /// where the memory is now.
-pub fn ops_at(j: &NoisyJudgement, level: f64, capacity: Option<u64>, budget: Budget) -> (Ops, Option<f64>) {
+pub fn ops_at(
+    j: &NoisyJudgement,
+    level: f64,
+    capacity: Option<u64>,
+    budget: Budget,
+) -> (Ops, Option<f64>) {
     // No capacity, no budget: the rule without one.
-    let Some(capacity) = capacity else { return (unbudgeted(j, None, budget.steps_per_second).0, None) };
+    let Some(capacity) = capacity else {
+        return (unbudgeted(j, None, budget.steps_per_second).0, None);
+    };
     let at = |slope: f64| seconds_to_oom(capacity as f64, level, slope, budget.steps_per_second);
     let estimate = at(j.slope.bytes_per_request);
     if j.verdict != Verdict::Leak {
@@ -161,8 +178,16 @@ mod tests {
     fn judgement(verdict: Verdict, est: f64, low: f64, high: f64) -> NoisyJudgement {
         NoisyJudgement {
             verdict,
-            slope: Slope { bytes_per_request: est, low, high },
-            tail_slope: Slope { bytes_per_request: est, low, high },
+            slope: Slope {
+                bytes_per_request: est,
+                low,
+                high,
+            },
+            tail_slope: Slope {
+                bytes_per_request: est,
+                low,
+                high,
+            },
             noise_bytes: 4096.0,
             rise_bytes: 0.0,
             samples: 100,
@@ -178,34 +203,90 @@ mod tests {
     #[test]
     fn the_reference_scenario_fails_a_week_and_slow_growth_passes() {
         // 80 GB card, 12 GB used, 50 MiB per request, one request every 32 s: OOM in about 12 h.
-        let budget = Budget { steps_per_second: 1.0 / 32.0, seconds: 7.0 * 86400.0 };
+        let budget = Budget {
+            steps_per_second: 1.0 / 32.0,
+            seconds: 7.0 * 86400.0,
+        };
         let mib = 1024.0 * 1024.0;
-        let (ops, t) = ops(&judgement(Verdict::Leak, 50.0 * mib, 49.0 * mib, 51.0 * mib), Some(80_000_000_000), budget);
+        let (ops, t) = ops(
+            &judgement(Verdict::Leak, 50.0 * mib, 49.0 * mib, 51.0 * mib),
+            Some(80_000_000_000),
+            budget,
+        );
         assert_eq!(ops, Ops::Fail);
         assert!((t.unwrap() / 3600.0 - 11.5).abs() < 0.5, "{t:?}");
         // 2.6 kB per request (a bounded buffer filling): years.
-        assert_eq!(super::ops(&judgement(Verdict::Leak, 2600.0, 2000.0, 3000.0), Some(80_000_000_000), budget).0, Ops::Pass);
+        assert_eq!(
+            super::ops(
+                &judgement(Verdict::Leak, 2600.0, 2000.0, 3000.0),
+                Some(80_000_000_000),
+                budget
+            )
+            .0,
+            Ops::Pass
+        );
         // A plateau never fails, however steep its slope was.
-        assert_eq!(super::ops(&judgement(Verdict::Plateau, 50.0 * mib, 0.0, 60.0 * mib), Some(80_000_000_000), budget).0, Ops::Pass);
+        assert_eq!(
+            super::ops(
+                &judgement(Verdict::Plateau, 50.0 * mib, 0.0, 60.0 * mib),
+                Some(80_000_000_000),
+                budget
+            )
+            .0,
+            Ops::Pass
+        );
         // No capacity known: no budget, so a proven leak fails and anything else has no time.
-        assert_eq!(super::ops(&judgement(Verdict::Leak, 1e6, 1e6, 1e6), None, budget).0, Ops::Fail);
-        assert_eq!(super::ops(&judgement(Verdict::Plateau, 1e6, 1e6, 1e6), None, budget).0, Ops::NoCapacity);
+        assert_eq!(
+            super::ops(&judgement(Verdict::Leak, 1e6, 1e6, 1e6), None, budget).0,
+            Ops::Fail
+        );
+        assert_eq!(
+            super::ops(&judgement(Verdict::Plateau, 1e6, 1e6, 1e6), None, budget).0,
+            Ops::NoCapacity
+        );
     }
 
     #[test]
     fn without_a_budget_any_proven_leak_fails_with_its_time_at_the_measured_rate() {
         // The README's example: 7.13 kB a request, 0.3 GB of 2.15 GB used, driven at 100 a second.
         let slow = judgement(Verdict::Leak, 7130.0, 7090.0, 7170.0);
-        let slow = NoisyJudgement { floor_now: 300_000_000, ..slow };
+        let slow = NoisyJudgement {
+            floor_now: 300_000_000,
+            ..slow
+        };
         let (ops, t) = unbudgeted(&slow, Some(2_147_483_648), 100.0);
         assert_eq!(ops, Ops::Fail);
-        assert!((t.unwrap() - (2_147_483_648.0 - 3e8) / 7130.0 / 100.0).abs() < 1.0, "{t:?}");
+        assert!(
+            (t.unwrap() - (2_147_483_648.0 - 3e8) / 7130.0 / 100.0).abs() < 1.0,
+            "{t:?}"
+        );
         // The same leak against the seed's budget lasts past the week (years at 1/32 s): a pass.
-        assert_eq!(ops_at(&slow, 3e8, Some(2_147_483_648), Budget::SEED).0, Ops::Pass);
+        assert_eq!(
+            ops_at(&slow, 3e8, Some(2_147_483_648), Budget::SEED).0,
+            Ops::Pass
+        );
         // Growth not proven passes, with or without a capacity.
-        assert_eq!(unbudgeted(&judgement(Verdict::Plateau, 7130.0, 0.0, 9000.0), Some(1 << 31), 100.0).0, Ops::Pass);
-        assert_eq!(unbudgeted(&judgement(Verdict::Flat, 0.0, -10.0, 10.0), None, 100.0), (Ops::NoCapacity, None));
-        assert_eq!(unbudgeted(&judgement(Verdict::Leak, 7130.0, 7090.0, 7170.0), None, 100.0), (Ops::Fail, None));
+        assert_eq!(
+            unbudgeted(
+                &judgement(Verdict::Plateau, 7130.0, 0.0, 9000.0),
+                Some(1 << 31),
+                100.0
+            )
+            .0,
+            Ops::Pass
+        );
+        assert_eq!(
+            unbudgeted(&judgement(Verdict::Flat, 0.0, -10.0, 10.0), None, 100.0),
+            (Ops::NoCapacity, None)
+        );
+        assert_eq!(
+            unbudgeted(
+                &judgement(Verdict::Leak, 7130.0, 7090.0, 7170.0),
+                None,
+                100.0
+            ),
+            (Ops::Fail, None)
+        );
         assert_eq!("seed".parse::<Named>().unwrap().budget(), Budget::SEED);
         assert!("week".parse::<Named>().unwrap_err().contains("--rate"));
     }

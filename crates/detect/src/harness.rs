@@ -45,19 +45,38 @@ pub struct LeakCheck<'a> {
 impl<'a> LeakCheck<'a> {
     /// `warmup` iterations whose samples are ignored, then `iterations` judged ones.
     pub fn new(warmup: usize, iterations: usize) -> LeakCheck<'a> {
-        LeakCheck { warmup, iterations, probes: Vec::new(), stages: Vec::new(), scenario: Scenario::REFERENCE }
+        LeakCheck {
+            warmup,
+            iterations,
+            probes: Vec::new(),
+            stages: Vec::new(),
+            scenario: Scenario::REFERENCE,
+        }
     }
 
     /// A probe with its budget (bytes per iteration a leak may grow by and still pass) and its
     /// noise amplitude (0 for the exact allocator).
-    pub fn probe(mut self, name: &str, budget_bytes: f64, noise_bytes: f64, sampler: impl FnMut() -> i64 + 'a) -> Self {
-        self.probes.push(ProbeSpec { name: name.into(), budget: budget_bytes, noise: noise_bytes, sampler: Box::new(sampler), samples: Vec::new() });
+    pub fn probe(
+        mut self,
+        name: &str,
+        budget_bytes: f64,
+        noise_bytes: f64,
+        sampler: impl FnMut() -> i64 + 'a,
+    ) -> Self {
+        self.probes.push(ProbeSpec {
+            name: name.into(),
+            budget: budget_bytes,
+            noise: noise_bytes,
+            sampler: Box::new(sampler),
+            samples: Vec::new(),
+        });
         self
     }
 
     /// A stage series, used only to say where growth was born.
     pub fn stage(mut self, name: &str, sampler: impl FnMut() -> i64 + 'a) -> Self {
-        self.stages.push((name.into(), Box::new(sampler), Vec::new()));
+        self.stages
+            .push((name.into(), Box::new(sampler), Vec::new()));
         self
     }
 
@@ -77,18 +96,24 @@ impl<'a> LeakCheck<'a> {
                 samples.push((i as u64, sampler()));
             }
         }
-        let stage_series: Vec<(String, Vec<Sample>)> = self.stages.into_iter().map(|(n, _, s)| (n, s)).collect();
-        let stages = attribute(&stage_series, &DetectorConfig::exact(self.warmup)).unwrap_or_default();
+        let stage_series: Vec<(String, Vec<Sample>)> =
+            self.stages.into_iter().map(|(n, _, s)| (n, s)).collect();
+        let stages =
+            attribute(&stage_series, &DetectorConfig::exact(self.warmup)).unwrap_or_default();
         let probes = self
             .probes
             .into_iter()
             .map(|p| {
-                let judgement = judge(&p.samples, &DetectorConfig::noisy(self.warmup, p.noise)).map_err(|e| e.to_string());
+                let judgement = judge(&p.samples, &DetectorConfig::noisy(self.warmup, p.noise))
+                    .map_err(|e| e.to_string());
                 let passed = match &judgement {
                     Ok(j) => !(j.verdict == Verdict::Leak && j.slope.bytes_per_request > p.budget),
                     Err(_) => false,
                 };
-                let projection = judgement.as_ref().ok().and_then(|j| self.scenario.project(j.slope.bytes_per_request));
+                let projection = judgement
+                    .as_ref()
+                    .ok()
+                    .and_then(|j| self.scenario.project(j.slope.bytes_per_request));
                 let tail = p.samples.len().saturating_sub(3);
                 ProbeReport {
                     name: p.name,
@@ -96,12 +121,23 @@ impl<'a> LeakCheck<'a> {
                     passed,
                     judgement,
                     projection,
-                    first_samples: p.samples.iter().skip(self.warmup).take(3).copied().collect(),
+                    first_samples: p
+                        .samples
+                        .iter()
+                        .skip(self.warmup)
+                        .take(3)
+                        .copied()
+                        .collect(),
                     last_samples: p.samples[tail..].to_vec(),
                 }
             })
             .collect();
-        LeakReport { warmup: self.warmup, iterations: self.iterations, probes, stages }
+        LeakReport {
+            warmup: self.warmup,
+            iterations: self.iterations,
+            probes,
+            stages,
+        }
     }
 }
 
@@ -140,7 +176,11 @@ impl LeakReport {
 
 impl fmt::Display for LeakReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "leak check: {} warm-up + {} iterations", self.warmup, self.iterations)?;
+        writeln!(
+            f,
+            "leak check: {} warm-up + {} iterations",
+            self.warmup, self.iterations
+        )?;
         for p in &self.probes {
             let status = if p.passed { "ok  " } else { "FAIL" };
             match &p.judgement {
@@ -153,7 +193,11 @@ impl fmt::Display for LeakReport {
                         j.slope.with_bounds(),
                         human_bytes(p.budget_bytes)
                     )?;
-                    writeln!(f, "       first samples {:?}, last samples {:?}", p.first_samples, p.last_samples)?;
+                    writeln!(
+                        f,
+                        "       first samples {:?}, last samples {:?}",
+                        p.first_samples, p.last_samples
+                    )?;
                     if let (Some(proj), Verdict::Leak) = (p.projection, j.verdict) {
                         writeln!(
                             f,
@@ -169,7 +213,12 @@ impl fmt::Display for LeakReport {
             }
         }
         if let Some(top) = self.stages.first() {
-            writeln!(f, "  growing memory was born in stage `{}` ({}/iteration)", top.stage, human_bytes(top.judgement.slope.bytes_per_request))?;
+            writeln!(
+                f,
+                "  growing memory was born in stage `{}` ({}/iteration)",
+                top.stage,
+                human_bytes(top.judgement.slope.bytes_per_request)
+            )?;
         }
         Ok(())
     }

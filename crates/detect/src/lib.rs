@@ -26,8 +26,14 @@ pub use verdict::{judge, DetectorConfig, Judgement, Verdict};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum Error {
-    #[error("{got} samples after a warm-up of {warmup}; at least {needed} are needed for a verdict")]
-    TooFewSamples { got: usize, warmup: usize, needed: usize },
+    #[error(
+        "{got} samples after a warm-up of {warmup}; at least {needed} are needed for a verdict"
+    )]
+    TooFewSamples {
+        got: usize,
+        warmup: usize,
+        needed: usize,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

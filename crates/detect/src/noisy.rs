@@ -37,7 +37,13 @@ pub struct NoisyConfig {
 
 impl NoisyConfig {
     pub fn new(warmup: usize) -> NoisyConfig {
-        NoisyConfig { warmup, min_samples: 30, quantum_bytes: 4096.0, floor_points: 25, min_window: 8 }
+        NoisyConfig {
+            warmup,
+            min_samples: 30,
+            quantum_bytes: 4096.0,
+            floor_points: 25,
+            min_window: 8,
+        }
     }
 }
 
@@ -102,9 +108,18 @@ pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudg
     let series = samples.get(config.warmup..).unwrap_or(&[]);
     let needed = config.min_samples.max(8);
     if series.len() < needed {
-        return Err(Error::TooFewSamples { got: series.len(), warmup: config.warmup, needed });
+        return Err(Error::TooFewSamples {
+            got: series.len(),
+            warmup: config.warmup,
+            needed,
+        });
     }
-    let window = series.len().div_ceil(config.floor_points.max(8)).max(config.min_window).min(series.len() / 4).max(1);
+    let window = series
+        .len()
+        .div_ceil(config.floor_points.max(8))
+        .max(config.min_window)
+        .min(series.len() / 4)
+        .max(1);
     let floor = floor(series, window);
     let noise = noise(&floor, config.quantum_bytes);
     let slope = theil_sen_deterministic(&floor, noise);
@@ -113,7 +128,8 @@ pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudg
     let level = |part: &[Sample]| median(&mut part.iter().map(|s| s.1 as f64).collect::<Vec<_>>());
     let rise_bytes = level(&floor[floor.len() - stretch..]) - level(&floor[..stretch]);
     let climbing = slope.low > 0.0;
-    let still_climbing = tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
+    let still_climbing =
+        tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
     let verdict = if climbing && still_climbing {
         Verdict::Leak
     } else if climbing || rise_bytes > 2.0 * noise {
@@ -144,7 +160,16 @@ mod tests {
     #[test]
     fn bursts_above_a_flat_floor_are_not_a_leak() {
         // A flat 500 MB with a 40 MB burst on every third sample and page-sized jitter.
-        let s: Vec<Sample> = (0..600).map(|i| (i, 500_000_000 + if i % 3 == 0 { 40_000_000 } else { 0 } + 4096 * (i as i64 * 7 % 5))).collect();
+        let s: Vec<Sample> = (0..600)
+            .map(|i| {
+                (
+                    i,
+                    500_000_000
+                        + if i % 3 == 0 { 40_000_000 } else { 0 }
+                        + 4096 * (i as i64 * 7 % 5),
+                )
+            })
+            .collect();
         let j = judge_noisy(&s, &NoisyConfig::new(20)).unwrap();
         assert_eq!(j.verdict, Verdict::Flat, "{j:?}");
     }
@@ -152,12 +177,19 @@ mod tests {
     #[test]
     fn a_leak_under_noise_is_found_and_a_filled_cache_is_a_plateau() {
         let noise = |i: u64| ((i * 2_654_435_761) % 180_000) as i64;
-        let leak: Vec<Sample> = (0..1000).map(|i| (i, 300_000_000 + 8192 * i as i64 + noise(i))).collect();
+        let leak: Vec<Sample> = (0..1000)
+            .map(|i| (i, 300_000_000 + 8192 * i as i64 + noise(i)))
+            .collect();
         let j = judge_noisy(&leak, &NoisyConfig::new(20)).unwrap();
         assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
         assert!((j.slope.bytes_per_request - 8192.0).abs() < 1500.0, "{j:?}");
-        let cache: Vec<Sample> = (0..1000).map(|i| (i, 300_000_000 + 65_536 * (i.min(300)) as i64 + noise(i))).collect();
-        assert_eq!(judge_noisy(&cache, &NoisyConfig::new(20)).unwrap().verdict, Verdict::Plateau);
+        let cache: Vec<Sample> = (0..1000)
+            .map(|i| (i, 300_000_000 + 65_536 * (i.min(300)) as i64 + noise(i)))
+            .collect();
+        assert_eq!(
+            judge_noisy(&cache, &NoisyConfig::new(20)).unwrap().verdict,
+            Verdict::Plateau
+        );
     }
 
     #[test]
@@ -166,10 +198,12 @@ mod tests {
         // 32 kB in a pattern five requests long (measured; see crates/cli/tests/scan.rs).
         let steps = [0i64, 4096, 32768, 65536, 0];
         let mut level = 208_703_488i64;
-        let s: Vec<Sample> = (0..200).map(|i| {
-            level += steps[i as usize % 5];
-            (i, level)
-        }).collect();
+        let s: Vec<Sample> = (0..200)
+            .map(|i| {
+                level += steps[i as usize % 5];
+                (i, level)
+            })
+            .collect();
         let j = judge_noisy(&s, &NoisyConfig::new(0)).unwrap();
         assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
     }
@@ -177,6 +211,13 @@ mod tests {
     #[test]
     fn too_few_samples_is_an_error_that_says_how_many() {
         let s: Vec<Sample> = (0..20).map(|i| (i, 0)).collect();
-        assert_eq!(judge_noisy(&s, &NoisyConfig::new(5)).unwrap_err(), Error::TooFewSamples { got: 15, warmup: 5, needed: 30 });
+        assert_eq!(
+            judge_noisy(&s, &NoisyConfig::new(5)).unwrap_err(),
+            Error::TooFewSamples {
+                got: 15,
+                warmup: 5,
+                needed: 30
+            }
+        );
     }
 }

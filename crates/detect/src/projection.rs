@@ -35,7 +35,11 @@ pub const MB: f64 = 1e6;
 
 impl Scenario {
     /// 12 GB in use at start, an 80 GB card, one request every 32 s (decimal units).
-    pub const REFERENCE: Scenario = Scenario { start_bytes: 12.0 * GB, capacity_bytes: 80.0 * GB, seconds_per_request: 32.0 };
+    pub const REFERENCE: Scenario = Scenario {
+        start_bytes: 12.0 * GB,
+        capacity_bytes: 80.0 * GB,
+        seconds_per_request: 32.0,
+    };
 
     /// `None` when the slope is not positive: no growth, no OOM.
     pub fn project(&self, bytes_per_request: f64) -> Option<Projection> {
@@ -45,14 +49,23 @@ impl Scenario {
         let headroom_bytes = (self.capacity_bytes - self.start_bytes).max(0.0);
         // The tiny epsilon keeps 68e9 / 50e6 = 1360 from flooring to 1359 through rounding.
         let requests = (headroom_bytes / bytes_per_request * (1.0 + 1e-12)).floor() as u64;
-        Some(Projection { headroom_bytes, requests, seconds: requests as f64 * self.seconds_per_request })
+        Some(Projection {
+            headroom_bytes,
+            requests,
+            seconds: requests as f64 * self.seconds_per_request,
+        })
     }
 
     /// The inverse: from an observed slope and time to OOM, the seconds between requests that
     /// explain them (`None` when the slope is not positive or the time is not).
-    pub fn implied_seconds_per_request(&self, bytes_per_request: f64, seconds_to_oom: f64) -> Option<f64> {
+    pub fn implied_seconds_per_request(
+        &self,
+        bytes_per_request: f64,
+        seconds_to_oom: f64,
+    ) -> Option<f64> {
         let requests = (self.capacity_bytes - self.start_bytes) / bytes_per_request;
-        (bytes_per_request > 0.0 && seconds_to_oom > 0.0 && requests > 0.0).then(|| seconds_to_oom / requests)
+        (bytes_per_request > 0.0 && seconds_to_oom > 0.0 && requests > 0.0)
+            .then(|| seconds_to_oom / requests)
     }
 }
 
@@ -73,13 +86,19 @@ mod tests {
     fn in_binary_units_it_is_1392_requests() {
         const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
         const MIB: f64 = 1024.0 * 1024.0;
-        let binary = Scenario { start_bytes: 12.0 * GIB, capacity_bytes: 80.0 * GIB, seconds_per_request: 32.0 };
+        let binary = Scenario {
+            start_bytes: 12.0 * GIB,
+            capacity_bytes: 80.0 * GIB,
+            seconds_per_request: 32.0,
+        };
         assert_eq!(binary.project(50.0 * MIB).unwrap().requests, 1392);
     }
 
     #[test]
     fn twelve_hours_at_fifty_mb_per_request_means_a_request_every_32_seconds() {
-        let s = Scenario::REFERENCE.implied_seconds_per_request(50.0 * MB, 43_520.0).unwrap();
+        let s = Scenario::REFERENCE
+            .implied_seconds_per_request(50.0 * MB, 43_520.0)
+            .unwrap();
         assert!((s - 32.0).abs() < 1e-9, "{s}");
     }
 
@@ -87,6 +106,9 @@ mod tests {
     fn no_growth_no_oom() {
         assert_eq!(Scenario::REFERENCE.project(0.0), None);
         assert_eq!(Scenario::REFERENCE.project(-5.0), None);
-        assert_eq!(Scenario::REFERENCE.implied_seconds_per_request(0.0, 100.0), None);
+        assert_eq!(
+            Scenario::REFERENCE.implied_seconds_per_request(0.0, 100.0),
+            None
+        );
     }
 }

@@ -20,7 +20,11 @@ pub struct Slope {
 }
 
 impl Slope {
-    pub const ZERO: Slope = Slope { bytes_per_request: 0.0, low: 0.0, high: 0.0 };
+    pub const ZERO: Slope = Slope {
+        bytes_per_request: 0.0,
+        low: 0.0,
+        high: 0.0,
+    };
 
     /// Half the width of the bound, for "slope ± bound" tables.
     pub fn half_width(&self) -> f64 {
@@ -30,7 +34,12 @@ impl Slope {
     /// `81.92 kB (bound 81.92 kB .. 81.92 kB)`, in decimal units.
     pub fn with_bounds(&self) -> String {
         use leaklab_report::human_bytes;
-        format!("{} (bound {} .. {})", human_bytes(self.bytes_per_request), human_bytes(self.low), human_bytes(self.high))
+        format!(
+            "{} (bound {} .. {})",
+            human_bytes(self.bytes_per_request),
+            human_bytes(self.low),
+            human_bytes(self.high)
+        )
     }
 }
 
@@ -84,7 +93,11 @@ pub fn theil_sen(samples: &[Sample], noise: f64) -> Slope {
 pub fn theil_sen_deterministic(samples: &[Sample], noise: f64) -> Slope {
     let estimate = theil_sen(samples, 0.0).bytes_per_request;
     let bound = noise_bound(&thin(samples), noise);
-    Slope { bytes_per_request: estimate, low: estimate - bound, high: estimate + bound }
+    Slope {
+        bytes_per_request: estimate,
+        low: estimate - bound,
+        high: estimate + bound,
+    }
 }
 
 /// The most the median slope can move when every sample may be off by up to `noise`.
@@ -100,7 +113,12 @@ fn noise_bound(points: &[Sample], noise: f64) -> f64 {
     while g + 1 < n && (n - g - 1) * (n - g) / 2 * 2 > pairs {
         g += 1;
     }
-    let min_dx = points.windows(2).map(|w| w[1].0.abs_diff(w[0].0)).min().unwrap_or(1).max(1);
+    let min_dx = points
+        .windows(2)
+        .map(|w| w[1].0.abs_diff(w[0].0))
+        .min()
+        .unwrap_or(1)
+        .max(1);
     2.0 * noise / (g as f64 * min_dx as f64)
 }
 
@@ -109,7 +127,9 @@ fn thin(samples: &[Sample]) -> Vec<Sample> {
         return samples.to_vec();
     }
     let step = samples.len() as f64 / MAX_POINTS as f64;
-    (0..MAX_POINTS).map(|i| samples[(i as f64 * step) as usize]).collect()
+    (0..MAX_POINTS)
+        .map(|i| samples[(i as f64 * step) as usize])
+        .collect()
 }
 
 /// Median (the mean of the two middle values for an even count); reorders `values`.
@@ -119,7 +139,10 @@ pub fn median(values: &mut [f64]) -> f64 {
     if n % 2 == 1 {
         upper
     } else {
-        let lower = values[..n / 2].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lower = values[..n / 2]
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
         (lower + upper) / 2.0
     }
 }
@@ -132,7 +155,14 @@ mod tests {
     fn exact_line_has_a_zero_width_bound() {
         let s: Vec<Sample> = (0..50).map(|i| (i, 1000 + 1024 * i as i64)).collect();
         let slope = theil_sen(&s, 0.0);
-        assert_eq!(slope, Slope { bytes_per_request: 1024.0, low: 1024.0, high: 1024.0 });
+        assert_eq!(
+            slope,
+            Slope {
+                bytes_per_request: 1024.0,
+                low: 1024.0,
+                high: 1024.0
+            }
+        );
     }
 
     #[test]

@@ -18,17 +18,30 @@ pub struct StageFinding<L> {
 }
 
 /// Judges every stage series and returns the ones that grow (leak or plateau), steepest first.
-pub fn attribute<L: Clone>(stages: &[(L, Vec<Sample>)], config: &DetectorConfig) -> Result<Vec<StageFinding<L>>> {
+pub fn attribute<L: Clone>(
+    stages: &[(L, Vec<Sample>)],
+    config: &DetectorConfig,
+) -> Result<Vec<StageFinding<L>>> {
     let mut findings = Vec::new();
     for (stage, samples) in stages {
         let judgement = judge(samples, config)?;
         if judgement.verdict != Verdict::Flat {
-            findings.push(StageFinding { stage: stage.clone(), judgement });
+            findings.push(StageFinding {
+                stage: stage.clone(),
+                judgement,
+            });
         }
     }
     findings.sort_by(|a, b| {
-        let rank = |f: &StageFinding<L>| (f.judgement.verdict == Verdict::Leak, f.judgement.slope.bytes_per_request);
-        rank(b).partial_cmp(&rank(a)).unwrap_or(std::cmp::Ordering::Equal)
+        let rank = |f: &StageFinding<L>| {
+            (
+                f.judgement.verdict == Verdict::Leak,
+                f.judgement.slope.bytes_per_request,
+            )
+        };
+        rank(b)
+            .partial_cmp(&rank(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
     });
     Ok(findings)
 }

@@ -56,12 +56,20 @@ pub struct DetectorConfig {
 impl DetectorConfig {
     /// The exact CPU allocator: no noise.
     pub fn exact(warmup: usize) -> DetectorConfig {
-        DetectorConfig { warmup, noise_bytes: 0.0, min_samples: 8 }
+        DetectorConfig {
+            warmup,
+            noise_bytes: 0.0,
+            min_samples: 8,
+        }
     }
 
     /// A noisy probe such as RSS or the malloc heap.
     pub fn noisy(warmup: usize, noise_bytes: f64) -> DetectorConfig {
-        DetectorConfig { warmup, noise_bytes, min_samples: 8 }
+        DetectorConfig {
+            warmup,
+            noise_bytes,
+            min_samples: 8,
+        }
     }
 }
 
@@ -85,7 +93,11 @@ pub fn judge(samples: &[Sample], config: &DetectorConfig) -> Result<Judgement> {
     let series = samples.get(config.warmup..).unwrap_or(&[]);
     let needed = config.min_samples.max(4);
     if series.len() < needed {
-        return Err(Error::TooFewSamples { got: series.len(), warmup: config.warmup, needed });
+        return Err(Error::TooFewSamples {
+            got: series.len(),
+            warmup: config.warmup,
+            needed,
+        });
     }
     let noise = config.noise_bytes.max(0.0);
     let slope = theil_sen(series, noise);
@@ -97,7 +109,8 @@ pub fn judge(samples: &[Sample], config: &DetectorConfig) -> Result<Judgement> {
 
     let climbing = slope.low > 0.0;
     // Still climbing: the last half rises beyond its own noise bound, at over half the overall rate.
-    let still_climbing = tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
+    let still_climbing =
+        tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
     // Each level is a median of samples within ±noise of the truth, so a shift beyond 2·noise is real.
     let shifted = rise_bytes > 2.0 * noise && rise_bytes > 0.0;
     let verdict = if climbing && still_climbing {

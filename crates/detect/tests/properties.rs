@@ -70,7 +70,18 @@ proptest! {
 #[test]
 fn one_kilobyte_per_request_is_caught_within_a_hundred_requests_after_warm_up() {
     // Warm-up noise (pools filling) followed by an exact 1 KB/request leak.
-    let s: Vec<Sample> = (0..120).map(|i| (i, if i < 20 { 5_000_000 + 77_777 * (i % 3) as i64 } else { 6_000_000 + 1024 * i as i64 })).collect();
+    let s: Vec<Sample> = (0..120)
+        .map(|i| {
+            (
+                i,
+                if i < 20 {
+                    5_000_000 + 77_777 * (i % 3) as i64
+                } else {
+                    6_000_000 + 1024 * i as i64
+                },
+            )
+        })
+        .collect();
     let j = judge(&s, &DetectorConfig::exact(20)).unwrap();
     assert_eq!(j.verdict, Verdict::Leak);
     assert_eq!(j.slope.bytes_per_request, 1024.0);
@@ -80,26 +91,39 @@ fn one_kilobyte_per_request_is_caught_within_a_hundred_requests_after_warm_up() 
 #[test]
 fn a_flat_exact_series_of_a_thousand_is_flat() {
     let s: Vec<Sample> = (0..1000).map(|i| (i, 123_456_789)).collect();
-    assert_eq!(judge(&s, &DetectorConfig::exact(0)).unwrap().verdict, Verdict::Flat);
+    assert_eq!(
+        judge(&s, &DetectorConfig::exact(0)).unwrap().verdict,
+        Verdict::Flat
+    );
 }
 
 #[test]
 fn too_few_samples_is_an_error_not_a_verdict() {
     let s: Vec<Sample> = (0..10).map(|i| (i, i as i64)).collect();
     let err = judge(&s, &DetectorConfig::exact(5)).unwrap_err();
-    assert_eq!(err.to_string(), "5 samples after a warm-up of 5; at least 8 are needed for a verdict");
+    assert_eq!(
+        err.to_string(),
+        "5 samples after a warm-up of 5; at least 8 are needed for a verdict"
+    );
 }
 
 #[test]
 fn the_harness_fails_a_leak_over_budget_and_passes_one_under_it() {
     let kept = std::cell::Cell::new(0i64);
-    let over = LeakCheck::new(3, 30).probe("counter", 0.0, 0.0, || kept.get()).run(|_| kept.set(kept.get() + 4096));
+    let over = LeakCheck::new(3, 30)
+        .probe("counter", 0.0, 0.0, || kept.get())
+        .run(|_| kept.set(kept.get() + 4096));
     assert!(!over.passed());
     let text = over.to_string();
-    assert!(text.contains("FAIL counter: leak at 4.10 kB (bound 4.10 kB .. 4.10 kB) per iteration"), "{text}");
+    assert!(
+        text.contains("FAIL counter: leak at 4.10 kB (bound 4.10 kB .. 4.10 kB) per iteration"),
+        "{text}"
+    );
     assert!(text.contains("iterations ("), "{text}");
     kept.set(0);
-    let under = LeakCheck::new(3, 30).probe("counter", 8192.0, 0.0, || kept.get()).run(|_| kept.set(kept.get() + 4096));
+    let under = LeakCheck::new(3, 30)
+        .probe("counter", 8192.0, 0.0, || kept.get())
+        .run(|_| kept.set(kept.get() + 4096));
     assert!(under.passed(), "{under}");
 }
 
@@ -163,8 +187,14 @@ fn the_stated_sensitivity_meets_the_goal_of_eight_kilobytes_within_a_thousand_re
     // Anonymous memory's measured behaviour: steps of 4 kB to 180 kB. At that noise, 1,000
     // requests resolve a leak of 8 kB per request.
     let steps = |i: u64| ((i * 2_654_435_761) % 180_000) as i64;
-    let series: Vec<Sample> = (0..1050).map(|i| (i, 400_000_000 + 8192 * i as i64 + steps(i))).collect();
+    let series: Vec<Sample> = (0..1050)
+        .map(|i| (i, 400_000_000 + 8192 * i as i64 + steps(i)))
+        .collect();
     let j = judge_noisy(&series, &NoisyConfig::new(50)).unwrap();
     assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
-    assert!(j.sensitivity_bytes < 8192.0, "sensitivity {} B/request", j.sensitivity_bytes);
+    assert!(
+        j.sensitivity_bytes < 8192.0,
+        "sensitivity {} B/request",
+        j.sensitivity_bytes
+    );
 }

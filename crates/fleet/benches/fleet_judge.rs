@@ -14,16 +14,38 @@ fn fleet_judge(c: &mut Criterion) {
     let pods = synthetic::fleet(59, end, span, 15.0);
     let series = synthetic::series(&pods);
     let config = JudgeConfig {
-        range: Range { start: end - span, end, step: 15.0 },
+        range: Range {
+            start: end - span,
+            end,
+            step: 15.0,
+        },
         unit_bytes: 1024.0 * 1024.0,
         warmup_s: 1800.0,
-        budget: Budget { steps_per_second: 1.0, seconds: 3.0 * 86400.0 },
+        budget: Budget {
+            steps_per_second: 1.0,
+            seconds: 3.0 * 86400.0,
+        },
     };
     let mut group = c.benchmark_group("fleet_judge");
     group.sample_size(10);
-    group.bench_function(format!("{}_series_x_{}_points", series.len(), series[0].points.len()), |b| {
-        b.iter(|| judge_fleet(&series, &Default::default(), Some(80 << 30), &Default::default(), &config))
-    });
+    group.bench_function(
+        format!(
+            "{}_series_x_{}_points",
+            series.len(),
+            series[0].points.len()
+        ),
+        |b| {
+            b.iter(|| {
+                judge_fleet(
+                    &series,
+                    &Default::default(),
+                    Some(80 << 30),
+                    &Default::default(),
+                    &config,
+                )
+            })
+        },
+    );
     group.finish();
 }
 

@@ -48,7 +48,9 @@ pub struct FleetCommand {
 
 /// `leaklab scan --prometheus`: checks the flags, queries the server and judges every group.
 pub fn run(cmd: FleetCommand) -> Result<FleetReport> {
-    let Some(query) = cmd.query else { bail!("--prometheus needs the memory series to judge: --query DCGM_FI_DEV_FB_USED, for example") };
+    let Some(query) = cmd.query else {
+        bail!("--prometheus needs the memory series to judge: --query DCGM_FI_DEV_FB_USED, for example")
+    };
     let capacity = match (cmd.capacity_query, cmd.capacity) {
         (Some(q), _) => Capacity::Query(q),
         (None, Some(c)) => Capacity::Bytes(c),
@@ -57,7 +59,13 @@ pub fn run(cmd: FleetCommand) -> Result<FleetReport> {
     let options = FleetOptions {
         prometheus: cmd.prometheus,
         query,
-        by: cmd.by.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect(),
+        by: cmd
+            .by
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect(),
         range: range(cmd.end, cmd.range, cmd.step)?,
         unit_bytes: cmd.unit.bytes(),
         capacity,
@@ -66,7 +74,10 @@ pub fn run(cmd: FleetCommand) -> Result<FleetReport> {
         fail_within_s: cmd.fail_if_oom_within.as_secs_f64(),
         http: cmd.http,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     let mut report = runtime.block_on(scan_fleet(&options))?;
     report.top = cmd.top;
     Ok(report)

@@ -94,7 +94,9 @@ pub fn resets(points: &[(f64, f64)], capacity: Option<f64>, quantum: f64) -> Vec
     if values.len() < BEFORE + AFTER {
         return Vec::new();
     }
-    let noise = (12.0 * step_sigma(&values)).max(0.01 * median(&mut values.clone()).abs()).max(8.0 * quantum);
+    let noise = (12.0 * step_sigma(&values))
+        .max(0.01 * median(&mut values.clone()).abs())
+        .max(8.0 * quantum);
     // The stretch before a drop: at least eight samples and five minutes, and a tenth of the
     // life so far, so that a burst (however tall, up to minutes long) is never a level the
     // memory fell from; a life needs that stretch before a drop can end it.
@@ -128,9 +130,24 @@ pub fn resets(points: &[(f64, f64)], capacity: Option<f64>, quantum: f64) -> Vec
         let prev_min = values[window[0]];
         let after = median(&mut values[i..i + AFTER].to_vec());
         if after < prev_min - noise.max(0.5 * (prev_min - life_min)) {
-            let peak = values[life_start..i].iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let kind = if capacity.is_some_and(|c| peak >= 0.9 * c) { ResetKind::OutOfMemory } else { ResetKind::Drop };
-            found.push((i, Reset { at: points[i].0, peak_bytes: peak, after_bytes: after, kind }));
+            let peak = values[life_start..i]
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max);
+            let kind = if capacity.is_some_and(|c| peak >= 0.9 * c) {
+                ResetKind::OutOfMemory
+            } else {
+                ResetKind::Drop
+            };
+            found.push((
+                i,
+                Reset {
+                    at: points[i].0,
+                    peak_bytes: peak,
+                    after_bytes: after,
+                    kind,
+                },
+            ));
             life_start = i;
             life_min = f64::INFINITY;
             window.clear();
@@ -144,17 +161,32 @@ pub fn resets(points: &[(f64, f64)], capacity: Option<f64>, quantum: f64) -> Vec
 }
 
 fn samples(points: &[(f64, f64)], origin: f64) -> Vec<Sample> {
-    points.iter().map(|&(t, v)| ((t - origin).max(0.0).round() as u64, v.round() as i64)).collect()
+    points
+        .iter()
+        .map(|&(t, v)| ((t - origin).max(0.0).round() as u64, v.round() as i64))
+        .collect()
 }
 
 fn noisy_config(config: &HistoryConfig) -> NoisyConfig {
-    NoisyConfig { min_samples: config.min_samples, quantum_bytes: config.quantum_bytes, ..NoisyConfig::new(0) }
+    NoisyConfig {
+        min_samples: config.min_samples,
+        quantum_bytes: config.quantum_bytes,
+        ..NoisyConfig::new(0)
+    }
 }
 
 /// Judges `points` (finite, in time order, bytes) as the module docs say. `Err` says why not.
-pub fn judge(points: &[(f64, f64)], resets: &[(usize, Reset)], config: &HistoryConfig) -> Result<Judged, String> {
+pub fn judge(
+    points: &[(f64, f64)],
+    resets: &[(usize, Reset)],
+    config: &HistoryConfig,
+) -> Result<Judged, String> {
     let origin = config.range_start;
-    let drops: Vec<usize> = resets.iter().filter(|r| r.1.kind == ResetKind::Drop).map(|r| r.0).collect();
+    let drops: Vec<usize> = resets
+        .iter()
+        .filter(|r| r.1.kind == ResetKind::Drop)
+        .map(|r| r.0)
+        .collect();
     if drops.len() >= 2 {
         let mut cuts: Vec<usize> = resets.iter().map(|r| r.0).collect();
         cuts.push(points.len());
@@ -172,12 +204,30 @@ pub fn judge(points: &[(f64, f64)], resets: &[(usize, Reset)], config: &HistoryC
         if teeth.len() < 4 * tooth {
             return Err(format!("a sawtooth of {} drops whose teeth ({} samples) are too long to judge its troughs: widen the range", drops.len(), tooth));
         }
-        let period_s = cuts.windows(2).map(|w| points[w[1] - 1].0 - points[w[0]].0).fold(0.0, f64::max);
+        let period_s = cuts
+            .windows(2)
+            .map(|w| points[w[1] - 1].0 - points[w[0]].0)
+            .fold(0.0, f64::max);
         // Windows a tooth long each hold a trough, so the detector's floor is the troughs.
-        let trough_config = NoisyConfig { min_window: tooth, ..noisy_config(config) };
-        let judgement = judge_noisy(&samples(teeth, origin), &trough_config).map_err(|e| format!("a sawtooth of {} drops, its troughs too few to judge: {e}", drops.len()))?;
+        let trough_config = NoisyConfig {
+            min_window: tooth,
+            ..noisy_config(config)
+        };
+        let judgement = judge_noisy(&samples(teeth, origin), &trough_config).map_err(|e| {
+            format!(
+                "a sawtooth of {} drops, its troughs too few to judge: {e}",
+                drops.len()
+            )
+        })?;
         let level_now = judgement.floor_now as f64 + height;
-        return Ok(Judged { basis: Basis::Troughs { teeth: drops.len(), period_s }, judgement, level_now });
+        return Ok(Judged {
+            basis: Basis::Troughs {
+                teeth: drops.len(),
+                period_s,
+            },
+            judgement,
+            level_now,
+        });
     }
     // The lives, as index ranges; each one's judged part starts after its warm-up unless it was
     // already running when the range began.
@@ -188,7 +238,11 @@ pub fn judge(points: &[(f64, f64)], resets: &[(usize, Reset)], config: &HistoryC
     let judged_part = |k: usize| {
         let (s, e) = (starts[k], ends[k]);
         let began_in_range = k > 0 || points[s].0 > origin + config.warmup_s.min(60.0);
-        let from = if began_in_range { points[s].0 + config.warmup_s } else { f64::NEG_INFINITY };
+        let from = if began_in_range {
+            points[s].0 + config.warmup_s
+        } else {
+            f64::NEG_INFINITY
+        };
         &points[s..e][points[s..e].partition_point(|p| p.0 < from)..]
     };
     let current = judged_part(starts.len() - 1);
@@ -196,14 +250,30 @@ pub fn judge(points: &[(f64, f64)], resets: &[(usize, Reset)], config: &HistoryC
     match judge_noisy(&samples(current, origin), &config_noisy) {
         Ok(judgement) => {
             let level_now = judgement.floor_now as f64;
-            Ok(Judged { basis: Basis::CurrentLife { since: current[0].0 }, judgement, level_now })
+            Ok(Judged {
+                basis: Basis::CurrentLife {
+                    since: current[0].0,
+                },
+                judgement,
+                level_now,
+            })
         }
         Err(e) if starts.len() >= 2 => {
             let previous = judged_part(starts.len() - 2);
-            let judgement = judge_noisy(&samples(previous, origin), &config_noisy).map_err(|e2| format!("the current life is too short ({e}) and so is the one before ({e2})"))?;
+            let judgement =
+                judge_noisy(&samples(previous, origin), &config_noisy).map_err(|e2| {
+                    format!("the current life is too short ({e}) and so is the one before ({e2})")
+                })?;
             // The previous life's slope, from where the memory is now.
             let level_now = points.last().map_or(0.0, |p| p.1);
-            Ok(Judged { basis: Basis::PreviousLife { from: previous[0].0, to: previous[previous.len() - 1].0 }, judgement, level_now })
+            Ok(Judged {
+                basis: Basis::PreviousLife {
+                    from: previous[0].0,
+                    to: previous[previous.len() - 1].0,
+                },
+                judgement,
+                level_now,
+            })
         }
         Err(e) => Err(e.to_string()),
     }
@@ -218,7 +288,12 @@ mod tests {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
     fn config() -> HistoryConfig {
-        HistoryConfig { quantum_bytes: 1024.0 * 1024.0, warmup_s: 1800.0, range_start: 0.0, min_samples: 30 }
+        HistoryConfig {
+            quantum_bytes: 1024.0 * 1024.0,
+            warmup_s: 1800.0,
+            range_start: 0.0,
+            min_samples: 30,
+        }
     }
 
     fn jitter(i: usize) -> f64 {
@@ -240,9 +315,16 @@ mod tests {
             })
             .collect();
         let r = resets(&points, Some(cap), 1024.0 * 1024.0);
-        assert!(!r.is_empty() && r.iter().all(|x| x.1.kind == ResetKind::OutOfMemory), "{r:?}");
+        assert!(
+            !r.is_empty() && r.iter().all(|x| x.1.kind == ResetKind::OutOfMemory),
+            "{r:?}"
+        );
         let j = judge(&points, &r, &config()).unwrap();
-        assert!(matches!(j.basis, Basis::CurrentLife { .. }), "{:?}", j.basis);
+        assert!(
+            matches!(j.basis, Basis::CurrentLife { .. }),
+            "{:?}",
+            j.basis
+        );
         assert_eq!(j.judgement.verdict, Verdict::Leak);
         let per_hour = j.judgement.slope.bytes_per_request * 3600.0 / GIB;
         assert!((per_hour - 8.0).abs() < 0.3, "{per_hour}");
@@ -254,21 +336,39 @@ mod tests {
             let points: Vec<(f64, f64)> = (0..720)
                 .map(|i| {
                     let tooth = (i % 30) as f64 * 0.3 * GIB;
-                    (i as f64 * 60.0, 20.0 * GIB + creep * GIB * i as f64 / 60.0 + tooth + jitter(i))
+                    (
+                        i as f64 * 60.0,
+                        20.0 * GIB + creep * GIB * i as f64 / 60.0 + tooth + jitter(i),
+                    )
                 })
                 .collect();
             let r = resets(&points, Some(80.0 * GIB), 1024.0 * 1024.0);
             assert!(r.len() >= 20, "{}", r.len());
             let j = judge(&points, &r, &config()).unwrap();
             assert!(matches!(j.basis, Basis::Troughs { .. }));
-            assert_eq!(j.judgement.verdict, expected, "creep {creep}: {:?}", j.judgement);
+            assert_eq!(
+                j.judgement.verdict, expected,
+                "creep {creep}: {:?}",
+                j.judgement
+            );
         }
     }
 
     #[test]
     fn a_restart_moments_ago_is_judged_on_the_life_before() {
         // Flat at 30 GiB, restarted ten minutes before the end, ramping back up.
-        let points: Vec<(f64, f64)> = (0..720).map(|i| (i as f64 * 60.0, if i < 710 { 30.0 * GIB } else { (2.0 + (i - 710) as f64) * GIB } + jitter(i))).collect();
+        let points: Vec<(f64, f64)> = (0..720)
+            .map(|i| {
+                (
+                    i as f64 * 60.0,
+                    if i < 710 {
+                        30.0 * GIB
+                    } else {
+                        (2.0 + (i - 710) as f64) * GIB
+                    } + jitter(i),
+                )
+            })
+            .collect();
         let r = resets(&points, Some(80.0 * GIB), 1024.0 * 1024.0);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].1.kind, ResetKind::Drop);

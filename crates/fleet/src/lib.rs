@@ -18,8 +18,8 @@ pub mod synthetic;
 use anyhow::{bail, Result};
 use history::{HistoryConfig, Judged, Reset};
 use leaklab_detect::budget::{ops_at, Budget, Ops};
-pub use leaklab_report::Outcome;
 use leaklab_detect::Verdict;
+pub use leaklab_report::Outcome;
 use prometheus::{Client, Range, Series};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -88,7 +88,10 @@ impl PodResult {
     }
 
     pub fn oom_kills(&self) -> usize {
-        self.resets.iter().filter(|r| r.kind == history::ResetKind::OutOfMemory).count()
+        self.resets
+            .iter()
+            .filter(|r| r.kind == history::ResetKind::OutOfMemory)
+            .count()
     }
 
     /// Most urgent first: runs out within the budget (soonest first), then other leaks (soonest
@@ -146,7 +149,11 @@ fn name(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "{}".into();
     }
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The inputs of [`judge_series`] that are the same for every series.
@@ -160,13 +167,34 @@ pub struct JudgeConfig {
 
 /// One series judged (pure: the bench and the tests call it without a server). `capacity` in
 /// bytes; `rate` the group's request-rate samples, when a rate query was given.
-pub fn judge_series(series: &Series, capacity: Option<u64>, rate: Option<&Series>, config: &JudgeConfig) -> PodResult {
-    let points: Vec<(f64, f64)> = series.points.iter().map(|&(t, v)| (t, v * config.unit_bytes)).collect();
-    let (first_seen, last_seen) = (points.first().map_or(f64::NAN, |p| p.0), points.last().map_or(f64::NAN, |p| p.0));
+pub fn judge_series(
+    series: &Series,
+    capacity: Option<u64>,
+    rate: Option<&Series>,
+    config: &JudgeConfig,
+) -> PodResult {
+    let points: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .map(|&(t, v)| (t, v * config.unit_bytes))
+        .collect();
+    let (first_seen, last_seen) = (
+        points.first().map_or(f64::NAN, |p| p.0),
+        points.last().map_or(f64::NAN, |p| p.0),
+    );
     let gone = last_seen < config.range.end - (5.0 * config.range.step).max(300.0);
-    let quantum = if config.unit_bytes >= 1024.0 * 1024.0 { config.unit_bytes } else { 4096.0 };
+    let quantum = if config.unit_bytes >= 1024.0 * 1024.0 {
+        config.unit_bytes
+    } else {
+        4096.0
+    };
     let resets = history::resets(&points, capacity.map(|c| c as f64), quantum);
-    let history_config = HistoryConfig { quantum_bytes: quantum, warmup_s: config.warmup_s, range_start: config.range.start, min_samples: 30 };
+    let history_config = HistoryConfig {
+        quantum_bytes: quantum,
+        warmup_s: config.warmup_s,
+        range_start: config.range.start,
+        min_samples: 30,
+    };
     let mut result = PodResult {
         name: name(&series.labels),
         labels: series.labels.clone(),
@@ -194,12 +222,18 @@ pub fn judge_series(series: &Series, capacity: Option<u64>, rate: Option<&Series
                 history::Basis::Troughs { .. } => f64::NEG_INFINITY,
             };
             result.bytes_per_request = rate.and_then(|r| {
-                let rates: Vec<f64> = r.points.iter().filter(|p| p.0 >= since).map(|p| p.1).collect();
+                let rates: Vec<f64> = r
+                    .points
+                    .iter()
+                    .filter(|p| p.0 >= since)
+                    .map(|p| p.1)
+                    .collect();
                 let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
                 (mean > 0.0).then(|| per_second / mean)
             });
             if !gone {
-                let (ops, seconds) = ops_at(&judged.judgement, judged.level_now, capacity, config.budget);
+                let (ops, seconds) =
+                    ops_at(&judged.judgement, judged.level_now, capacity, config.budget);
                 result.ops = Some(ops);
                 result.seconds_to_oom = seconds;
             }
@@ -211,12 +245,30 @@ pub fn judge_series(series: &Series, capacity: Option<u64>, rate: Option<&Series
 }
 
 /// Every series judged, most urgent first.
-pub fn judge_fleet(series: &[Series], capacities: &BTreeMap<BTreeMap<String, String>, u64>, fixed: Option<u64>, rates: &BTreeMap<BTreeMap<String, String>, Series>, config: &JudgeConfig) -> Vec<PodResult> {
-    let mut pods: Vec<PodResult> = series.iter().map(|s| judge_series(s, fixed.or_else(|| capacities.get(&s.labels).copied()), rates.get(&s.labels), config)).collect();
+pub fn judge_fleet(
+    series: &[Series],
+    capacities: &BTreeMap<BTreeMap<String, String>, u64>,
+    fixed: Option<u64>,
+    rates: &BTreeMap<BTreeMap<String, String>, Series>,
+    config: &JudgeConfig,
+) -> Vec<PodResult> {
+    let mut pods: Vec<PodResult> = series
+        .iter()
+        .map(|s| {
+            judge_series(
+                s,
+                fixed.or_else(|| capacities.get(&s.labels).copied()),
+                rates.get(&s.labels),
+                config,
+            )
+        })
+        .collect();
     pods.sort_by(|a, b| {
         let (ra, ta) = a.urgency();
         let (rb, tb) = b.urgency();
-        ra.cmp(&rb).then(ta.total_cmp(&tb)).then(a.name.cmp(&b.name))
+        ra.cmp(&rb)
+            .then(ta.total_cmp(&tb))
+            .then(a.name.cmp(&b.name))
     });
     pods
 }
@@ -253,7 +305,10 @@ pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
     let series = series?;
     let mut notes = Vec::new();
     if series.is_empty() {
-        notes.push(format!("`{query}` matched no series between {} and {}: check the metric name and the range", options.range.start, options.range.end));
+        notes.push(format!(
+            "`{query}` matched no series between {} and {}: check the metric name and the range",
+            options.range.start, options.range.end
+        ));
     }
     let fixed = match options.capacity {
         Capacity::Bytes(b) => Some(b),
@@ -262,30 +317,51 @@ pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
     let mut capacities = BTreeMap::new();
     match capacity_answer {
         Some(Ok(found)) => {
-            capacities.extend(found.into_iter().map(|(labels, v)| (labels, (v * options.unit_bytes).max(0.0) as u64)));
+            capacities.extend(
+                found
+                    .into_iter()
+                    .map(|(labels, v)| (labels, (v * options.unit_bytes).max(0.0) as u64)),
+            );
         }
-        Some(Err(e)) => notes.push(format!("the capacity query failed, so no time to OOM: {e:#}")),
+        Some(Err(e)) => notes.push(format!(
+            "the capacity query failed, so no time to OOM: {e:#}"
+        )),
         None => {}
     }
     let mut rates = BTreeMap::new();
     match rate_answer {
         Some(Ok(found)) => rates.extend(found.into_iter().map(|s| (s.labels.clone(), s))),
-        Some(Err(e)) => notes.push(format!("the request-rate query failed, so no bytes per request: {e:#}")),
+        Some(Err(e)) => notes.push(format!(
+            "the request-rate query failed, so no bytes per request: {e:#}"
+        )),
         None => {}
     }
     let query_seconds = started.elapsed().as_secs_f64();
-    let budget = Budget { steps_per_second: 1.0, seconds: options.fail_within_s };
-    let config = JudgeConfig { range: options.range, unit_bytes: options.unit_bytes, warmup_s: options.warmup_s, budget };
+    let budget = Budget {
+        steps_per_second: 1.0,
+        seconds: options.fail_within_s,
+    };
+    let config = JudgeConfig {
+        range: options.range,
+        unit_bytes: options.unit_bytes,
+        warmup_s: options.warmup_s,
+        budget,
+    };
     let started = Instant::now();
     let pods = judge_fleet(&series, &capacities, fixed, &rates, &config);
     let judge_seconds = started.elapsed().as_secs_f64();
-    let missing = pods.iter().filter(|p| !p.gone && p.capacity_bytes.is_none()).count();
+    let missing = pods
+        .iter()
+        .filter(|p| !p.gone && p.capacity_bytes.is_none())
+        .count();
     if let (Some(q), true) = (&capacity_query, missing > 0) {
         notes.push(format!("the capacity query `{q}` has no value at the range's end for {missing} of the groups still running: no time to OOM for those"));
     }
     let dropped: usize = pods.iter().map(|p| p.dropped).sum();
     if dropped > 0 {
-        notes.push(format!("{dropped} samples were NaN or infinite and were left out"));
+        notes.push(format!(
+            "{dropped} samples were NaN or infinite and were left out"
+        ));
     }
     let outcome = if pods.iter().any(|p| p.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
@@ -294,7 +370,20 @@ pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
     } else {
         Outcome::CannotJudge
     };
-    Ok(FleetReport { prometheus: options.prometheus.clone(), query, start: options.range.start, end: options.range.end, step: options.range.step, outcome, budget, pods, query_seconds, judge_seconds, notes, top: FleetReport::default_top() })
+    Ok(FleetReport {
+        prometheus: options.prometheus.clone(),
+        query,
+        start: options.range.start,
+        end: options.range.end,
+        step: options.range.step,
+        outcome,
+        budget,
+        pods,
+        query_seconds,
+        judge_seconds,
+        notes,
+        top: FleetReport::default_top(),
+    })
 }
 
 /// The range ending at `end` (unix seconds; now when `None`), `range` long, at `step` (default:
@@ -302,7 +391,10 @@ pub async fn scan_fleet(options: &FleetOptions) -> Result<FleetReport> {
 pub fn range(end: Option<f64>, range: Duration, step: Option<Duration>) -> Result<Range> {
     let end = match end {
         Some(e) => e,
-        None => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64().floor(),
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs_f64()
+            .floor(),
     };
     let span = range.as_secs_f64();
     let step = step.map_or((span / 2880.0).ceil().max(15.0), |s| s.as_secs_f64());
@@ -312,5 +404,9 @@ pub fn range(end: Option<f64>, range: Duration, step: Option<Duration>) -> Resul
     if span / step < 30.0 {
         bail!("{span} s at a step of {step} s is {} points: a verdict needs at least 30; widen --range or shorten --step", (span / step).floor());
     }
-    Ok(Range { start: end - span, end, step })
+    Ok(Range {
+        start: end - span,
+        end,
+        step,
+    })
 }

@@ -72,20 +72,42 @@ impl Client {
         if !base.starts_with("http://") && !base.starts_with("https://") {
             bail!("`{base}` is not a Prometheus address: give its URL, e.g. http://127.0.0.1:9090");
         }
-        Ok(Client { base, http: http.build()? })
+        Ok(Client {
+            base,
+            http: http.build()?,
+        })
     }
 
     /// `query` evaluated over `range`; the series come back sorted by their labels.
     pub async fn query_range(&self, query: &str, range: Range) -> Result<Vec<Series>> {
         if !(range.step > 0.0 && range.end > range.start) {
-            bail!("empty range: start {} end {} step {} s", range.start, range.end, range.step);
+            bail!(
+                "empty range: start {} end {} step {} s",
+                range.start,
+                range.end,
+                range.step
+            );
         }
         let mut merged: BTreeMap<BTreeMap<String, String>, Series> = BTreeMap::new();
         let mut start = range.start;
         while start <= range.end {
             let end = (start + range.step * (MAX_POINTS - 1.0)).min(range.end);
-            for raw in self.window(query, Range { start, end, step: range.step }).await? {
-                let series = merged.entry(raw.metric.clone()).or_insert_with(|| Series { labels: raw.metric, points: Vec::new(), dropped: 0 });
+            for raw in self
+                .window(
+                    query,
+                    Range {
+                        start,
+                        end,
+                        step: range.step,
+                    },
+                )
+                .await?
+            {
+                let series = merged.entry(raw.metric.clone()).or_insert_with(|| Series {
+                    labels: raw.metric,
+                    points: Vec::new(),
+                    dropped: 0,
+                });
                 for (t, v) in raw.values {
                     // Prometheus writes NaN, +Inf and -Inf as such; parse() reads them, and only
                     // finite numbers are memory.
@@ -101,24 +123,59 @@ impl Client {
     }
 
     /// `query` evaluated at `time`: each series' value, finite ones only.
-    pub async fn query_instant(&self, query: &str, time: f64) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
-        let found: Vec<RawSample> = self.call("query", query, &[("time", time.to_string())], "vector").await?;
-        Ok(found.into_iter().filter_map(|s| s.value.1.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| (s.metric, v))).collect())
+    pub async fn query_instant(
+        &self,
+        query: &str,
+        time: f64,
+    ) -> Result<Vec<(BTreeMap<String, String>, f64)>> {
+        let found: Vec<RawSample> = self
+            .call("query", query, &[("time", time.to_string())], "vector")
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|s| {
+                s.value
+                    .1
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite())
+                    .map(|v| (s.metric, v))
+            })
+            .collect())
     }
 
     async fn window(&self, query: &str, range: Range) -> Result<Vec<RawSeries>> {
-        let params = [("start", range.start.to_string()), ("end", range.end.to_string()), ("step", range.step.to_string())];
+        let params = [
+            ("start", range.start.to_string()),
+            ("end", range.end.to_string()),
+            ("step", range.step.to_string()),
+        ];
         self.call("query_range", query, &params, "matrix").await
     }
 
     /// `POST /api/v1/{endpoint}` with the query and `params`; the result, of type `expected`.
-    async fn call<T: serde::de::DeserializeOwned>(&self, endpoint: &str, query: &str, params: &[(&str, String)], expected: &str) -> Result<Vec<T>> {
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        endpoint: &str,
+        query: &str,
+        params: &[(&str, String)],
+        expected: &str,
+    ) -> Result<Vec<T>> {
         let url = format!("{}/api/v1/{endpoint}", self.base);
         let mut form = vec![("query", query.to_string())];
         form.extend(params.iter().cloned());
-        let response = self.http.post(&url).form(&form).send().await.map_err(|e| anyhow::anyhow!("cannot reach Prometheus at {}: {}", self.base, leaklab_client::describe(&e)))?;
+        let response = self.http.post(&url).form(&form).send().await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach Prometheus at {}: {}",
+                self.base,
+                leaklab_client::describe(&e)
+            )
+        })?;
         let status = response.status();
-        let body = response.bytes().await.with_context(|| format!("Prometheus at {} stopped answering", self.base))?;
+        let body = response
+            .bytes()
+            .await
+            .with_context(|| format!("Prometheus at {} stopped answering", self.base))?;
         if let Some(refused) = leaklab_client::refused(&self.base, status, &body) {
             bail!("Prometheus at {refused}");
         }
@@ -127,9 +184,15 @@ impl Client {
             anyhow::anyhow!("{url} answered {status} with something that is not the Prometheus API ({e}): {head}")
         })?;
         if answer.status != "success" {
-            bail!("Prometheus refused `{query}`: {} ({})", answer.error.unwrap_or_default(), answer.error_type.unwrap_or_default());
+            bail!(
+                "Prometheus refused `{query}`: {} ({})",
+                answer.error.unwrap_or_default(),
+                answer.error_type.unwrap_or_default()
+            );
         }
-        let data = answer.data.context("Prometheus answered success without data")?;
+        let data = answer
+            .data
+            .context("Prometheus answered success without data")?;
         if data.result_type != expected {
             bail!("`{query}` gave a {} where a {expected} was expected: give an instant-vector expression", data.result_type);
         }

@@ -102,8 +102,17 @@ impl Pattern {
     pub fn expected(self) -> (Option<Verdict>, bool) {
         use Verdict::*;
         match self {
-            Pattern::Flat | Pattern::Sawtooth | Pattern::Gaps | Pattern::Bursty | Pattern::ReplacedNew | Pattern::HostFlat | Pattern::JustRestarted | Pattern::DeployRamp => (Some(Flat), false),
-            Pattern::SlowLeak | Pattern::ModerateLeak | Pattern::SawtoothLeak => (Some(Leak), false),
+            Pattern::Flat
+            | Pattern::Sawtooth
+            | Pattern::Gaps
+            | Pattern::Bursty
+            | Pattern::ReplacedNew
+            | Pattern::HostFlat
+            | Pattern::JustRestarted
+            | Pattern::DeployRamp => (Some(Flat), false),
+            Pattern::SlowLeak | Pattern::ModerateLeak | Pattern::SawtoothLeak => {
+                (Some(Leak), false)
+            }
             Pattern::SeedLeak | Pattern::OomRestarts | Pattern::HostLeak => (Some(Leak), true),
             Pattern::Plateau | Pattern::HostPlateau => (Some(Plateau), false),
             Pattern::ReplacedOld => (None, false),
@@ -129,7 +138,13 @@ fn unit(a: u64, b: u64) -> f64 {
 fn value(p: Pattern, k: u64, t: f64, i: u64, span: f64) -> Option<f64> {
     let jitter = 64.0 * unit(k, i);
     let gib = GIB_IN_MIB;
-    let ramp = |since: f64, from: f64, to: f64| if since < 1200.0 { from + (to - from) * since / 1200.0 } else { to };
+    let ramp = |since: f64, from: f64, to: f64| {
+        if since < 1200.0 {
+            from + (to - from) * since / 1200.0
+        } else {
+            to
+        }
+    };
     Some(match p {
         Pattern::Flat => 14.0 * gib + jitter,
         Pattern::SlowLeak => 14.0 * gib + 60.0 * t / HOUR + jitter,
@@ -146,7 +161,11 @@ fn value(p: Pattern, k: u64, t: f64, i: u64, span: f64) -> Option<f64> {
             }
         }
         Pattern::Sawtooth | Pattern::SawtoothLeak => {
-            let creep = if p == Pattern::SawtoothLeak { 400.0 * t / HOUR } else { 0.0 };
+            let creep = if p == Pattern::SawtoothLeak {
+                400.0 * t / HOUR
+            } else {
+                0.0
+            };
             let period = 2400.0;
             let phase = (t + unit(k, 4) * period) % period;
             20.0 * gib + creep + 12.0 * gib * phase / period + jitter
@@ -178,7 +197,15 @@ fn value(p: Pattern, k: u64, t: f64, i: u64, span: f64) -> Option<f64> {
                 t => ramp(t - deploy - 60.0, 0.5 * gib, 22.0 * gib) * 0.8 + jitter,
             }
         }
-        Pattern::Bursty => 16.0 * gib + if unit(k, i + 1_000_000) < 0.05 { 6.0 * gib } else { 0.0 } + jitter,
+        Pattern::Bursty => {
+            16.0 * gib
+                + if unit(k, i + 1_000_000) < 0.05 {
+                    6.0 * gib
+                } else {
+                    0.0
+                }
+                + jitter
+        }
         Pattern::ReplacedOld => {
             if t >= 6.0 * HOUR {
                 return None;
@@ -192,8 +219,14 @@ fn value(p: Pattern, k: u64, t: f64, i: u64, span: f64) -> Option<f64> {
             15.0 * gib + jitter
         }
         Pattern::HostLeak => (3.0 * gib + 200.0 * t / HOUR + jitter / 2.0) * 1024.0 * 1024.0,
-        Pattern::HostFlat => (3.0 * gib + jitter / 2.0 + if i.is_multiple_of(10) { 300.0 } else { 0.0 }) * 1024.0 * 1024.0,
-        Pattern::HostPlateau => (3.0 * gib + 1.5 * gib * (t.min(3.0 * HOUR)) / HOUR + jitter / 2.0) * 1024.0 * 1024.0,
+        Pattern::HostFlat => {
+            (3.0 * gib + jitter / 2.0 + if i.is_multiple_of(10) { 300.0 } else { 0.0 })
+                * 1024.0
+                * 1024.0
+        }
+        Pattern::HostPlateau => {
+            (3.0 * gib + 1.5 * gib * (t.min(3.0 * HOUR)) / HOUR + jitter / 2.0) * 1024.0 * 1024.0
+        }
     })
 }
 
@@ -218,7 +251,11 @@ pub fn fleet(per_pattern: usize, end: f64, span: f64, step: f64) -> Vec<Pod> {
                 let t = i as f64 * step;
                 value(pattern, k, t, i, span).map(|v| (start + t, v))
             });
-            pods.push(Pod { name: format!("{}-{n:03}", pattern.name()), pattern, samples: samples.collect() });
+            pods.push(Pod {
+                name: format!("{}-{n:03}", pattern.name()),
+                pattern,
+                samples: samples.collect(),
+            });
         }
     }
     pods
@@ -228,7 +265,10 @@ fn labels(pod: &Pod, gpu: usize) -> String {
     if pod.pattern.is_gpu() {
         format!("gpu=\"{}\",UUID=\"GPU-{:08x}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-{}\",namespace=\"serving\",pod=\"{}\",container=\"server\"", gpu % 8, gpu * 2_654_435_761 % 0xffff_ffff, gpu / 8, pod.name)
     } else {
-        format!("namespace=\"serving\",pod=\"{}\",container=\"server\"", pod.name)
+        format!(
+            "namespace=\"serving\",pod=\"{}\",container=\"server\"",
+            pod.name
+        )
     }
 }
 
@@ -244,22 +284,72 @@ fn number(v: f64) -> String {
 /// create-blocks-from openmetrics` backfills: each family contiguous, each series in time order.
 pub fn openmetrics(pods: &[Pod]) -> String {
     let mut out = String::new();
-    let gpu: Vec<(usize, &Pod)> = pods.iter().filter(|p| p.pattern.is_gpu()).enumerate().collect();
+    let gpu: Vec<(usize, &Pod)> = pods
+        .iter()
+        .filter(|p| p.pattern.is_gpu())
+        .enumerate()
+        .collect();
     let host: Vec<&Pod> = pods.iter().filter(|p| !p.pattern.is_gpu()).collect();
-    let family = |out: &mut String, name: &str, help: &str, rows: &mut dyn Iterator<Item = (String, f64, f64)>| {
+    let family = |out: &mut String,
+                  name: &str,
+                  help: &str,
+                  rows: &mut dyn Iterator<Item = (String, f64, f64)>| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for (labels, t, v) in rows {
             let _ = writeln!(out, "{name}{{{labels}}} {} {t}", number(v));
         }
     };
-    family(&mut out, "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", &mut gpu.iter().flat_map(|&(g, p)| p.samples.iter().map(move |&(t, v)| (labels(p, g), t, v.round()))));
-    family(&mut out, "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", &mut gpu.iter().flat_map(|&(g, p)| p.samples.iter().map(move |&(t, v)| (labels(p, g), t, if v.is_nan() { v } else { (GPU_USABLE_MIB - v.round()).max(0.0) }))));
-    family(&mut out, "container_memory_working_set_bytes", "Current working set of the container in bytes", &mut host.iter().flat_map(|p| p.samples.iter().map(move |&(t, v)| (labels(p, 0), t, v.round()))));
+    family(
+        &mut out,
+        "DCGM_FI_DEV_FB_USED",
+        "Framebuffer memory used (in MiB).",
+        &mut gpu.iter().flat_map(|&(g, p)| {
+            p.samples
+                .iter()
+                .map(move |&(t, v)| (labels(p, g), t, v.round()))
+        }),
+    );
+    family(
+        &mut out,
+        "DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        &mut gpu.iter().flat_map(|&(g, p)| {
+            p.samples.iter().map(move |&(t, v)| {
+                (
+                    labels(p, g),
+                    t,
+                    if v.is_nan() {
+                        v
+                    } else {
+                        (GPU_USABLE_MIB - v.round()).max(0.0)
+                    },
+                )
+            })
+        }),
+    );
+    family(
+        &mut out,
+        "container_memory_working_set_bytes",
+        "Current working set of the container in bytes",
+        &mut host.iter().flat_map(|p| {
+            p.samples
+                .iter()
+                .map(move |&(t, v)| (labels(p, 0), t, v.round()))
+        }),
+    );
     family(
         &mut out,
         "kube_pod_container_resource_limits",
         "The number of requested limit resource by a container.",
-        &mut host.iter().flat_map(|p| p.samples.iter().step_by(5).map(move |&(t, _)| (format!("{},resource=\"memory\",unit=\"byte\"", labels(p, 0)), t, HOST_LIMIT_BYTES))),
+        &mut host.iter().flat_map(|p| {
+            p.samples.iter().step_by(5).map(move |&(t, _)| {
+                (
+                    format!("{},resource=\"memory\",unit=\"byte\"", labels(p, 0)),
+                    t,
+                    HOST_LIMIT_BYTES,
+                )
+            })
+        }),
     );
     out.push_str("# EOF\n");
     out
@@ -270,7 +360,12 @@ pub fn series(pods: &[Pod]) -> Vec<crate::prometheus::Series> {
     pods.iter()
         .map(|p| crate::prometheus::Series {
             labels: [("pod".to_string(), p.name.clone())].into_iter().collect(),
-            points: p.samples.iter().copied().filter(|s| s.1.is_finite()).collect(),
+            points: p
+                .samples
+                .iter()
+                .copied()
+                .filter(|s| s.1.is_finite())
+                .collect(),
             dropped: p.samples.iter().filter(|s| !s.1.is_finite()).count(),
         })
         .collect()
@@ -291,24 +386,67 @@ mod tests {
             let pods = fleet(3, end, 12.0 * HOUR, step);
             let series = series(&pods);
             let config = JudgeConfig {
-                range: crate::prometheus::Range { start: end - 12.0 * HOUR, end, step },
+                range: crate::prometheus::Range {
+                    start: end - 12.0 * HOUR,
+                    end,
+                    step,
+                },
                 unit_bytes: 1.0,
                 warmup_s: 1800.0,
-                budget: Budget { steps_per_second: 1.0, seconds: 3.0 * 86400.0 },
+                budget: Budget {
+                    steps_per_second: 1.0,
+                    seconds: 3.0 * 86400.0,
+                },
             };
             // MiB for the GPU pods, bytes for the host ones: judged in two groups as a user would.
-            let (gpu, host): (Vec<_>, Vec<_>) = series.into_iter().partition(|s| pods.iter().any(|p| p.name == s.labels["pod"] && p.pattern.is_gpu()));
-            let mut results = judge_fleet(&gpu, &Default::default(), Some((GPU_USABLE_MIB * 1024.0 * 1024.0) as u64), &Default::default(), &JudgeConfig { unit_bytes: 1024.0 * 1024.0, ..config });
-            results.extend(judge_fleet(&host, &Default::default(), Some(HOST_LIMIT_BYTES as u64), &Default::default(), &config));
+            let (gpu, host): (Vec<_>, Vec<_>) = series.into_iter().partition(|s| {
+                pods.iter()
+                    .any(|p| p.name == s.labels["pod"] && p.pattern.is_gpu())
+            });
+            let mut results = judge_fleet(
+                &gpu,
+                &Default::default(),
+                Some((GPU_USABLE_MIB * 1024.0 * 1024.0) as u64),
+                &Default::default(),
+                &JudgeConfig {
+                    unit_bytes: 1024.0 * 1024.0,
+                    ..config
+                },
+            );
+            results.extend(judge_fleet(
+                &host,
+                &Default::default(),
+                Some(HOST_LIMIT_BYTES as u64),
+                &Default::default(),
+                &config,
+            ));
             for r in &results {
-                let pattern = pods.iter().find(|p| p.name == r.labels["pod"]).unwrap().pattern;
+                let pattern = pods
+                    .iter()
+                    .find(|p| p.name == r.labels["pod"])
+                    .unwrap()
+                    .pattern;
                 let (verdict, fails) = pattern.expected();
                 if verdict.is_none() {
                     assert!(r.gone && r.ops.is_none(), "{} at {step}: {r:?}", r.name);
                     continue;
                 }
-                assert_eq!(r.verdict(), verdict, "{} at {step}: {:?} {:?}", r.name, r.judged, r.why_not_judged);
-                assert_eq!(r.ops.is_some_and(|o| o.fails()), fails, "{} at {step}: {:?} in {:?} s", r.name, r.ops, r.seconds_to_oom);
+                assert_eq!(
+                    r.verdict(),
+                    verdict,
+                    "{} at {step}: {:?} {:?}",
+                    r.name,
+                    r.judged,
+                    r.why_not_judged
+                );
+                assert_eq!(
+                    r.ops.is_some_and(|o| o.fails()),
+                    fails,
+                    "{} at {step}: {:?} in {:?} s",
+                    r.name,
+                    r.ops,
+                    r.seconds_to_oom
+                );
             }
         }
     }

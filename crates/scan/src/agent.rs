@@ -79,7 +79,8 @@ pub struct Census {
 impl Census {
     /// Reads a census document; anything else is a clear error.
     pub fn from_json(bytes: &[u8]) -> Result<Census> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| anyhow::anyhow!("not a census (not JSON: {e})"))?;
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| anyhow::anyhow!("not a census (not JSON: {e})"))?;
         match value.get("schema").and_then(|s| s.as_str()) {
             Some(SCHEMA) => {}
             Some(other) => bail!("a census of schema `{other}`; this leaklab reads `{SCHEMA}`: upgrade the one or the other"),
@@ -127,14 +128,23 @@ pub struct CensusDiff {
 /// matched by name (the agent collapses indices and keys, so a holder keeps its name); one new
 /// in `after` grew from nothing.
 pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
-    let old: BTreeMap<&str, &Holder> = before.holders.iter().map(|h| (h.holder.as_str(), h)).collect();
+    let old: BTreeMap<&str, &Holder> = before
+        .holders
+        .iter()
+        .map(|h| (h.holder.as_str(), h))
+        .collect();
     let per = |b: i64| b as f64 / steps.max(1) as f64;
     // A holder can change its name without changing what it holds: tensors reached only
     // through another thread's frames (a test client's event loop) are named by the first path
     // the walk finds, which may differ between censuses. A holder new in `after` that holds
     // exactly what a holder gone from `before` held is that holder renamed, not growth.
-    let new: std::collections::BTreeSet<&str> = after.holders.iter().map(|h| h.holder.as_str()).collect();
-    let mut gone: Vec<&Holder> = before.holders.iter().filter(|h| !new.contains(h.holder.as_str())).collect();
+    let new: std::collections::BTreeSet<&str> =
+        after.holders.iter().map(|h| h.holder.as_str()).collect();
+    let mut gone: Vec<&Holder> = before
+        .holders
+        .iter()
+        .filter(|h| !new.contains(h.holder.as_str()))
+        .collect();
     let mut renamed = Vec::new();
     let mut grown: Vec<Growth> = after
         .holders
@@ -160,15 +170,25 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
             (bytes > 0 || tensors > 0 || graph_nodes > 0).then(|| Growth { holder: h.holder.clone(), kind: h.kind.clone(), bytes, bytes_per_step: per(bytes), tensors, graph_nodes, bytes_after: h.held_bytes(), shapes: h.shapes.iter().take(3).cloned().collect() })
         })
         .collect();
-    grown.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.graph_nodes.cmp(&a.graph_nodes)).then(a.holder.cmp(&b.holder)));
+    grown.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.graph_nodes.cmp(&a.graph_nodes))
+            .then(a.holder.cmp(&b.holder))
+    });
     let total = |c: &Census| (c.totals.bytes + c.totals.graph_saved_bytes) as i64;
     let mut notes = renamed;
     for (which, c) in [("the first", before), ("the second", after)] {
         if let Some(why) = &c.stopped_early {
-            notes.push(format!("{which} census stopped early ({why}): holders it did not reach are missing"));
+            notes.push(format!(
+                "{which} census stopped early ({why}): holders it did not reach are missing"
+            ));
         }
         if c.holders_omitted > 0 {
-            notes.push(format!("{which} census left out {} small holders (asked with top=)", c.holders_omitted));
+            notes.push(format!(
+                "{which} census left out {} small holders (asked with top=)",
+                c.holders_omitted
+            ));
         }
     }
     CensusDiff {
@@ -202,7 +222,11 @@ impl CensusDiff {
                 if g.tensors != 0 {
                     parts.push(format!("{:+} tensors", g.tensors));
                 }
-                parts.push(format!("{} ({} per {step})", signed_bytes(g.bytes as f64), human_bytes(g.bytes_per_step)));
+                parts.push(format!(
+                    "{} ({} per {step})",
+                    signed_bytes(g.bytes as f64),
+                    human_bytes(g.bytes_per_step)
+                ));
                 if g.graph_nodes != 0 {
                     parts.push(format!("{:+} autograd graph nodes", g.graph_nodes));
                 }
@@ -216,10 +240,16 @@ impl CensusDiff {
         let mut out = if self.grown.is_empty() {
             vec![format!("No holder grew: the tensors reachable from Python are the same {} {step}s later ({} in all).", self.steps, signed_bytes(self.total_bytes as f64))]
         } else {
-            self.lines(top, step).into_iter().map(|l| format!("  {l}")).collect()
+            self.lines(top, step)
+                .into_iter()
+                .map(|l| format!("  {l}"))
+                .collect()
         };
         if self.grown.len() > top {
-            out.push(format!("  … and {} more holders that grew", self.grown.len() - top));
+            out.push(format!(
+                "  … and {} more holders that grew",
+                self.grown.len() - top
+            ));
         }
         out.push(format!("  {}", self.totals(step)));
         out.extend(self.notes.iter().map(|n| format!("  Note: {n}")));
@@ -231,9 +261,25 @@ impl CensusDiff {
     pub fn table(&self, top: usize, step: &str) -> Table {
         let rows = self.grown.iter().take(top).map(|g| {
             let grew = |n: i64| Cell::new(format!("{n:+}"));
-            vec![Cell::code(&g.holder), Cell::new(&g.kind), grew(g.tensors), Cell::new(signed_bytes(g.bytes as f64)), Cell::new(human_bytes(g.bytes_per_step)), grew(g.graph_nodes)]
+            vec![
+                Cell::code(&g.holder),
+                Cell::new(&g.kind),
+                grew(g.tensors),
+                Cell::new(signed_bytes(g.bytes as f64)),
+                Cell::new(human_bytes(g.bytes_per_step)),
+                grew(g.graph_nodes),
+            ]
         });
-        Table::new(["holder", "kind", "tensors", "bytes", &format!("per {step}"), "graph nodes"]).numeric(&[2, 3, 4, 5]).rows(rows)
+        Table::new([
+            "holder",
+            "kind",
+            "tensors",
+            "bytes",
+            &format!("per {step}"),
+            "graph nodes",
+        ])
+        .numeric(&[2, 3, 4, 5])
+        .rows(rows)
     }
 
     /// Every tensor's growth in one sentence, and what each census cost.
@@ -250,7 +296,10 @@ impl CensusDiff {
     }
 
     pub fn markdown(&self, top: usize, step: &str) -> String {
-        let mut md = format!("## Who holds it (the agent's tensor census, {} {step}s apart)\n\n", self.steps);
+        let mut md = format!(
+            "## Who holds it (the agent's tensor census, {} {step}s apart)\n\n",
+            self.steps
+        );
         if self.grown.is_empty() {
             md.push_str("No holder grew.\n\n");
         } else {
@@ -273,11 +322,18 @@ impl CensusDiff {
 /// there and lets this client in.
 pub async fn check(client: &reqwest::Client, base: &str) -> Result<()> {
     let url = format!("{}/stats", base.trim_end_matches('/'));
-    let response = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("the agent at {base} does not answer: {}", leaklab_client::describe(&e)))?;
+    let response = client.get(&url).send().await.map_err(|e| {
+        anyhow::anyhow!(
+            "the agent at {base} does not answer: {}",
+            leaklab_client::describe(&e)
+        )
+    })?;
     let status = response.status();
     let body = response.bytes().await?;
     if let Some(refused) = leaklab_client::refused(&url, status, &body) {
-        bail!("{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)");
+        bail!(
+            "{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)"
+        );
     }
     if !status.is_success() {
         bail!("{url} answered {status}: is --agent the base of the agent's routes, e.g. http://127.0.0.1:8000/debug/leaklab? ({})", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
@@ -288,14 +344,23 @@ pub async fn check(client: &reqwest::Client, base: &str) -> Result<()> {
 /// `GET {base}/tensors` with the scan's client (its token or credentials, its CA).
 pub async fn fetch(client: &reqwest::Client, base: &str) -> Result<Census> {
     let url = format!("{}/tensors", base.trim_end_matches('/'));
-    let response = client.get(&url).send().await.map_err(|e| anyhow::anyhow!("{url}: {}", leaklab_client::describe(&e)))?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {}", leaklab_client::describe(&e)))?;
     let status = response.status();
     let body = response.bytes().await?;
     if let Some(refused) = leaklab_client::refused(&url, status, &body) {
-        bail!("{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)");
+        bail!(
+            "{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)"
+        );
     }
     if !status.is_success() {
-        bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(300)]).trim());
+        bail!(
+            "{url} answered {status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(300)]).trim()
+        );
     }
     Census::from_json(&body).map_err(|e| anyhow::anyhow!("{url}: {e}"))
 }
@@ -305,39 +370,106 @@ mod tests {
     use super::*;
 
     fn holder(name: &str, tensors: u64, bytes: u64, nodes: u64, saved: u64) -> Holder {
-        Holder { holder: name.into(), kind: "module global".into(), tensors, bytes, devices: BTreeMap::new(), dtypes: BTreeMap::new(), shapes: vec![vec![8, 512]], graph: GraphStats { tensors: (nodes > 0) as u64, nodes, saved_tensors: 0, saved_bytes: saved } }
+        Holder {
+            holder: name.into(),
+            kind: "module global".into(),
+            tensors,
+            bytes,
+            devices: BTreeMap::new(),
+            dtypes: BTreeMap::new(),
+            shapes: vec![vec![8, 512]],
+            graph: GraphStats {
+                tensors: (nodes > 0) as u64,
+                nodes,
+                saved_tensors: 0,
+                saved_bytes: saved,
+            },
+        }
     }
 
     fn census(holders: Vec<Holder>) -> Census {
-        let totals = Totals { tensors: holders.iter().map(|h| h.tensors).sum(), bytes: holders.iter().map(|h| h.bytes).sum(), graph_nodes: holders.iter().map(|h| h.graph.nodes).sum(), graph_saved_bytes: holders.iter().map(|h| h.graph.saved_bytes).sum() };
-        Census { schema: SCHEMA.into(), pid: 1, taken_at: 0.0, seconds: 0.1, complete: true, stopped_early: None, objects: 1000, totals, holders, holders_omitted: 0 }
+        let totals = Totals {
+            tensors: holders.iter().map(|h| h.tensors).sum(),
+            bytes: holders.iter().map(|h| h.bytes).sum(),
+            graph_nodes: holders.iter().map(|h| h.graph.nodes).sum(),
+            graph_saved_bytes: holders.iter().map(|h| h.graph.saved_bytes).sum(),
+        };
+        Census {
+            schema: SCHEMA.into(),
+            pid: 1,
+            taken_at: 0.0,
+            seconds: 0.1,
+            complete: true,
+            stopped_early: None,
+            objects: 1000,
+            totals,
+            holders,
+            holders_omitted: 0,
+        }
     }
 
     #[test]
     fn holders_that_grew_are_named_with_their_growth_per_step_and_the_others_are_not() {
-        let before = census(vec![holder("service.HISTORY", 50, 819_200, 0, 0), holder("model.weights", 4, 4_000_000, 0, 0), holder("Pipeline.acc", 1, 4, 100, 40_000)]);
-        let after = census(vec![holder("service.HISTORY", 650, 10_649_600, 0, 0), holder("model.weights", 4, 4_000_000, 0, 0), holder("Pipeline.acc", 1, 4, 700, 280_000), holder("service.CACHE", 3, 12, 0, 0)]);
+        let before = census(vec![
+            holder("service.HISTORY", 50, 819_200, 0, 0),
+            holder("model.weights", 4, 4_000_000, 0, 0),
+            holder("Pipeline.acc", 1, 4, 100, 40_000),
+        ]);
+        let after = census(vec![
+            holder("service.HISTORY", 650, 10_649_600, 0, 0),
+            holder("model.weights", 4, 4_000_000, 0, 0),
+            holder("Pipeline.acc", 1, 4, 700, 280_000),
+            holder("service.CACHE", 3, 12, 0, 0),
+        ]);
         let d = diff(&before, &after, 600);
         let names: Vec<&str> = d.grown.iter().map(|g| g.holder.as_str()).collect();
-        assert_eq!(names, ["service.HISTORY", "Pipeline.acc", "service.CACHE"], "weights did not grow");
+        assert_eq!(
+            names,
+            ["service.HISTORY", "Pipeline.acc", "service.CACHE"],
+            "weights did not grow"
+        );
         assert_eq!(d.grown[0].bytes, 9_830_400);
         assert_eq!(d.grown[0].bytes_per_step, 16_384.0);
-        assert_eq!((d.grown[1].tensors, d.grown[1].graph_nodes, d.grown[1].bytes), (0, 600, 240_000), "one tensor whose graph grows");
+        assert_eq!(
+            (d.grown[1].tensors, d.grown[1].graph_nodes, d.grown[1].bytes),
+            (0, 600, 240_000),
+            "one tensor whose graph grows"
+        );
         assert_eq!(d.total_bytes, 9_830_400 + 240_000 + 12);
         let lines = d.lines(5, "request");
-        assert_eq!(lines[0], "service.HISTORY (module global): +600 tensors, +9.83 MB (16.38 kB per request)");
-        assert!(lines[1].contains("+600 autograd graph nodes"), "{}", lines[1]);
+        assert_eq!(
+            lines[0],
+            "service.HISTORY (module global): +600 tensors, +9.83 MB (16.38 kB per request)"
+        );
+        assert!(
+            lines[1].contains("+600 autograd graph nodes"),
+            "{}",
+            lines[1]
+        );
         assert!(d.text(1, "call").contains("… and 2 more holders that grew"));
     }
 
     #[test]
     fn a_holder_that_only_changed_its_name_is_not_growth_and_a_new_one_is() {
-        let frame = |name: &str| Holder { kind: "frame".into(), ..holder(name, 5, 20_480, 0, 0) };
+        let frame = |name: &str| Holder {
+            kind: "frame".into(),
+            ..holder(name, 5, 20_480, 0, 0)
+        };
         let before = census(vec![frame("thread 'loop' run (a.py:3) local 'x'")]);
         // The newcomer comes first and holds the same: the kind tells the rename apart.
-        let after = census(vec![holder("service.CACHE", 5, 20_480, 0, 0), frame("thread 'loop' _run_once (b.py:9) local 'y'")]);
+        let after = census(vec![
+            holder("service.CACHE", 5, 20_480, 0, 0),
+            frame("thread 'loop' _run_once (b.py:9) local 'y'"),
+        ]);
         let d = diff(&before, &after, 100);
-        assert_eq!(d.grown.iter().map(|g| g.holder.as_str()).collect::<Vec<_>>(), ["service.CACHE"], "one rename, one real newcomer: {d:?}");
+        assert_eq!(
+            d.grown
+                .iter()
+                .map(|g| g.holder.as_str())
+                .collect::<Vec<_>>(),
+            ["service.CACHE"],
+            "one rename, one real newcomer: {d:?}"
+        );
         assert!(d.notes[0].contains("under another name"), "{:?}", d.notes);
     }
 
@@ -346,17 +478,38 @@ mod tests {
         let full = census(vec![holder("Recorder.buffer", 1024, 2_097_152, 0, 0)]);
         let d = diff(&full, &full.clone(), 300);
         assert!(d.grown.is_empty());
-        assert!(d.text(5, "call").starts_with("No holder grew"), "{}", d.text(5, "call"));
+        assert!(
+            d.text(5, "call").starts_with("No holder grew"),
+            "{}",
+            d.text(5, "call")
+        );
     }
 
     #[test]
     fn other_documents_are_refused_clearly() {
-        assert!(Census::from_json(b"<html>").unwrap_err().to_string().contains("not JSON"));
-        assert!(Census::from_json(b"{\"holders\": []}").unwrap_err().to_string().contains("no `schema`"));
-        assert!(Census::from_json(b"{\"schema\": \"leaklab.census/9\"}").unwrap_err().to_string().contains("leaklab.census/9"));
-        assert!(Census::from_json(b"{\"schema\": \"leaklab.census/1\", \"pid\": 1}").unwrap_err().to_string().contains("malformed"));
+        assert!(Census::from_json(b"<html>")
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
+        assert!(Census::from_json(b"{\"holders\": []}")
+            .unwrap_err()
+            .to_string()
+            .contains("no `schema`"));
+        assert!(Census::from_json(b"{\"schema\": \"leaklab.census/9\"}")
+            .unwrap_err()
+            .to_string()
+            .contains("leaklab.census/9"));
+        assert!(
+            Census::from_json(b"{\"schema\": \"leaklab.census/1\", \"pid\": 1}")
+                .unwrap_err()
+                .to_string()
+                .contains("malformed")
+        );
         let mut doc = serde_json::to_value(census(vec![holder("a", 1, 1, 0, 0)])).unwrap();
         doc["a_field_from_a_newer_agent"] = serde_json::json!(1);
-        assert!(Census::from_json(doc.to_string().as_bytes()).is_ok(), "unknown fields are read past");
+        assert!(
+            Census::from_json(doc.to_string().as_bytes()).is_ok(),
+            "unknown fields are read past"
+        );
     }
 }

@@ -76,7 +76,11 @@ impl ScanCommand {
 pub const DEFAULT_WITHIN: Duration = Duration::from_secs(7 * 86400);
 
 /// The budget the flags give: a rate (or a named budget) and a time; none without a rate.
-pub fn budget(rate: Option<f64>, named: Option<Named>, within: Option<Duration>) -> Result<Option<Budget>> {
+pub fn budget(
+    rate: Option<f64>,
+    named: Option<Named>,
+    within: Option<Duration>,
+) -> Result<Option<Budget>> {
     let seconds = within.map(|w| w.as_secs_f64());
     Ok(match (rate, named) {
         (Some(_), Some(_)) => bail!("give --rate or --budget, not both"),
@@ -94,7 +98,13 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
     let content_type = load::content_type(&bodies, &cmd.http.headers);
     let options = ScanOptions {
         signals: cmd.signals()?,
-        target: Arc::new(Target { url: cmd.url, method: cmd.method, bodies, vary: cmd.vary, content_type }),
+        target: Arc::new(Target {
+            url: cmd.url,
+            method: cmd.method,
+            bodies,
+            vary: cmd.vary,
+            content_type,
+        }),
         warmup: cmd.warmup,
         requests: cmd.requests,
         max_requests: cmd.max_requests.max(cmd.warmup + cmd.requests),
@@ -110,7 +120,10 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
         snapshot_url: cmd.snapshot,
         agent_url: cmd.agent,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(scan(&options))
 }
 
@@ -121,10 +134,28 @@ mod tests {
     #[test]
     fn a_budget_needs_a_rate_and_without_one_there_is_none() {
         assert_eq!(budget(None, None, None).unwrap(), None);
-        assert_eq!(budget(Some(10.0), None, None).unwrap(), Some(Budget { steps_per_second: 10.0, seconds: 7.0 * 86400.0 }));
-        assert_eq!(budget(Some(10.0), None, Some(Duration::from_secs(3600))).unwrap(), Some(Budget { steps_per_second: 10.0, seconds: 3600.0 }));
-        assert_eq!(budget(None, Some(Named::Seed), None).unwrap(), Some(Budget::SEED));
-        assert!(budget(None, None, Some(DEFAULT_WITHIN)).unwrap_err().to_string().contains("give the production rate with --rate"));
+        assert_eq!(
+            budget(Some(10.0), None, None).unwrap(),
+            Some(Budget {
+                steps_per_second: 10.0,
+                seconds: 7.0 * 86400.0
+            })
+        );
+        assert_eq!(
+            budget(Some(10.0), None, Some(Duration::from_secs(3600))).unwrap(),
+            Some(Budget {
+                steps_per_second: 10.0,
+                seconds: 3600.0
+            })
+        );
+        assert_eq!(
+            budget(None, Some(Named::Seed), None).unwrap(),
+            Some(Budget::SEED)
+        );
+        assert!(budget(None, None, Some(DEFAULT_WITHIN))
+            .unwrap_err()
+            .to_string()
+            .contains("give the production rate with --rate"));
         assert!(budget(Some(1.0), Some(Named::Seed), None).is_err());
     }
 }

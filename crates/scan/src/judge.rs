@@ -97,9 +97,16 @@ pub struct JudgeAnswer {
 }
 
 fn one(series: &SeriesIn, warmup: u64, budget: Option<f64>) -> SeriesOut {
-    let judged: Vec<Sample> = series.samples.iter().copied().filter(|s| s.0 >= warmup).collect();
+    let judged: Vec<Sample> = series
+        .samples
+        .iter()
+        .copied()
+        .filter(|s| s.0 >= warmup)
+        .collect();
     let found = match series.kind {
-        SeriesKind::Exact => judge(&judged, &DetectorConfig::exact(0)).map(|j| (j.verdict, j.slope, j.noise_bytes)),
+        SeriesKind::Exact => {
+            judge(&judged, &DetectorConfig::exact(0)).map(|j| (j.verdict, j.slope, j.noise_bytes))
+        }
         SeriesKind::Noisy => {
             let mut config = NoisyConfig::new(0);
             config.quantum_bytes = config.quantum_bytes.max(series.noise_floor.unwrap_or(0.0));
@@ -112,20 +119,49 @@ fn one(series: &SeriesIn, warmup: u64, budget: Option<f64>) -> SeriesOut {
         (Some(_), None) => Some(0.0),
         (Some(_), Some(_)) => None,
     };
-    let (name, kind, counts, samples) = (series.name.clone(), series.kind, series.counts.clone(), judged.len());
+    let (name, kind, counts, samples) = (
+        series.name.clone(),
+        series.kind,
+        series.counts.clone(),
+        judged.len(),
+    );
     match found {
         Ok((verdict, slope, noise)) => {
             // The rule every tool applies (`leaklab_detect::budget`): a proven leak fails.
             let fails = limit.is_some_and(|l| proven(verdict, &slope, l));
-            SeriesOut { name, kind, counts, samples, verdict: Some(verdict), fails, slope: Some(slope), noise_bytes: Some(noise), why_not_judged: None }
+            SeriesOut {
+                name,
+                kind,
+                counts,
+                samples,
+                verdict: Some(verdict),
+                fails,
+                slope: Some(slope),
+                noise_bytes: Some(noise),
+                why_not_judged: None,
+            }
         }
-        Err(e) => SeriesOut { name, kind, counts, samples, verdict: None, slope: None, noise_bytes: None, fails: false, why_not_judged: Some(e.to_string()) },
+        Err(e) => SeriesOut {
+            name,
+            kind,
+            counts,
+            samples,
+            verdict: None,
+            slope: None,
+            noise_bytes: None,
+            fails: false,
+            why_not_judged: Some(e.to_string()),
+        },
     }
 }
 
 /// Judges every series of `request`, and diffs its censuses.
 pub fn judge_request(request: &JudgeRequest) -> JudgeAnswer {
-    let series: Vec<SeriesOut> = request.series.iter().map(|s| one(s, request.warmup, request.max_per_call)).collect();
+    let series: Vec<SeriesOut> = request
+        .series
+        .iter()
+        .map(|s| one(s, request.warmup, request.max_per_call))
+        .collect();
     let outcome = if series.iter().any(|s| s.fails) {
         Outcome::Fail
     } else if series.iter().any(|s| s.verdict.is_some()) {
@@ -138,7 +174,12 @@ pub fn judge_request(request: &JudgeRequest) -> JudgeAnswer {
         _ => None,
     };
     let message = message(request, outcome, &series, census.as_ref());
-    JudgeAnswer { outcome, series, census, message }
+    JudgeAnswer {
+        outcome,
+        series,
+        census,
+        message,
+    }
 }
 
 /// `leaklab judge`'s answer: the message for people, one line of JSON for the plugin.
@@ -168,14 +209,21 @@ pub fn judge_file(input: &std::path::Path) -> anyhow::Result<JudgeAnswer> {
     if input.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut text)?;
     } else {
-        text = std::fs::read(input).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", input.display()))?;
+        text = std::fs::read(input)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", input.display()))?;
     }
-    let request: JudgeRequest = serde_json::from_slice(&text).map_err(|e| anyhow::anyhow!("not a judge request: {e}"))?;
+    let request: JudgeRequest =
+        serde_json::from_slice(&text).map_err(|e| anyhow::anyhow!("not a judge request: {e}"))?;
     Ok(judge_request(&request))
 }
 
 fn floor_of(request: &JudgeRequest, name: &str) -> Option<f64> {
-    request.series.iter().find(|s| s.name == name).and_then(|s| s.noise_floor).filter(|f| *f > 4096.0)
+    request
+        .series
+        .iter()
+        .find(|s| s.name == name)
+        .and_then(|s| s.noise_floor)
+        .filter(|f| *f > 4096.0)
 }
 
 /// A count per step: whole where it is whole (`3`), else two decimals (`0.33`).
@@ -187,7 +235,12 @@ fn count(value: f64) -> String {
     }
 }
 
-fn message(request: &JudgeRequest, outcome: Outcome, series: &[SeriesOut], census: Option<&CensusDiff>) -> String {
+fn message(
+    request: &JudgeRequest,
+    outcome: Outcome,
+    series: &[SeriesOut],
+    census: Option<&CensusDiff>,
+) -> String {
     let unit = &request.unit;
     let budget = match request.max_per_call {
         Some(b) => format!("a budget of {} per {unit}", human_bytes(b)),
@@ -198,28 +251,55 @@ fn message(request: &JudgeRequest, outcome: Outcome, series: &[SeriesOut], censu
         Outcome::Pass => "no leak",
         Outcome::CannotJudge => "cannot judge",
     };
-    let mut lines = vec![format!("{head}: {} {unit}s judged after {} warm-up {unit}s, {budget}", request.calls, request.warmup)];
+    let mut lines = vec![format!(
+        "{head}: {} {unit}s judged after {} warm-up {unit}s, {budget}",
+        request.calls, request.warmup
+    )];
     for s in series {
         let line = match (&s.verdict, &s.slope) {
             (Some(v), Some(slope)) => {
                 let noise = match (s.kind, floor_of(request, &s.name)) {
                     (SeriesKind::Exact, _) => "exact".to_string(),
-                    (SeriesKind::Noisy, Some(floor)) if s.noise_bytes.unwrap_or(0.0) <= floor => format!("noise {}, the least this signal is given", human_bytes(floor)),
-                    (SeriesKind::Noisy, _) => format!("noise {} estimated from the series", human_bytes(s.noise_bytes.unwrap_or(0.0))),
+                    (SeriesKind::Noisy, Some(floor)) if s.noise_bytes.unwrap_or(0.0) <= floor => {
+                        format!(
+                            "noise {}, the least this signal is given",
+                            human_bytes(floor)
+                        )
+                    }
+                    (SeriesKind::Noisy, _) => format!(
+                        "noise {} estimated from the series",
+                        human_bytes(s.noise_bytes.unwrap_or(0.0))
+                    ),
                 };
                 let rate = match &s.counts {
                     None => slope.with_bounds(),
                     // The series' name says what is counted: `tensors (objects): leak at 1 (bound 1 .. 1) per call`.
-                    Some(_) => format!("{} (bound {} .. {})", count(slope.bytes_per_request), count(slope.low), count(slope.high)),
+                    Some(_) => format!(
+                        "{} (bound {} .. {})",
+                        count(slope.bytes_per_request),
+                        count(slope.low),
+                        count(slope.high)
+                    ),
                 };
-                format!("{} {}: {v} at {rate} per {unit} ({noise}; {} samples)", if s.fails { "FAIL" } else { "ok  " }, s.name, s.samples)
+                format!(
+                    "{} {}: {v} at {rate} per {unit} ({noise}; {} samples)",
+                    if s.fails { "FAIL" } else { "ok  " },
+                    s.name,
+                    s.samples
+                )
             }
-            _ => format!("  -  {}: not judged ({})", s.name, s.why_not_judged.as_deref().unwrap_or("no samples")),
+            _ => format!(
+                "  -  {}: not judged ({})",
+                s.name,
+                s.why_not_judged.as_deref().unwrap_or("no samples")
+            ),
         };
         lines.push(format!("  {line}"));
     }
     if let Some(c) = census {
-        lines.push(format!("who holds it (tensor census after the warm-up and after the last {unit}):"));
+        lines.push(format!(
+            "who holds it (tensor census after the warm-up and after the last {unit}):"
+        ));
         lines.push(c.text(8, unit));
     }
     lines.join("\n")
@@ -231,31 +311,72 @@ mod tests {
 
     fn series(name: &str, kind: SeriesKind, per_call: f64, calls: u64) -> SeriesIn {
         // A cache filling during the warm-up (30 calls), then `per_call` bytes a call.
-        let samples = (0..calls).map(|i| (i, if i < 30 { (i * 100_000) as i64 } else { 3_000_000 + ((i - 30) as f64 * per_call) as i64 })).collect();
-        SeriesIn { name: name.into(), kind, samples, noise_floor: None, counts: None }
+        let samples = (0..calls)
+            .map(|i| {
+                (
+                    i,
+                    if i < 30 {
+                        (i * 100_000) as i64
+                    } else {
+                        3_000_000 + ((i - 30) as f64 * per_call) as i64
+                    },
+                )
+            })
+            .collect();
+        SeriesIn {
+            name: name.into(),
+            kind,
+            samples,
+            noise_floor: None,
+            counts: None,
+        }
     }
 
     fn request(series: Vec<SeriesIn>, max_per_call: Option<f64>) -> JudgeRequest {
-        JudgeRequest { warmup: 30, calls: 300, max_per_call, unit: "call".into(), series, census_before: None, census_after: None }
+        JudgeRequest {
+            warmup: 30,
+            calls: 300,
+            max_per_call,
+            unit: "call".into(),
+            series,
+            census_before: None,
+            census_after: None,
+        }
     }
 
     #[test]
     fn a_proven_growth_fails_whatever_its_size_and_the_warmup_is_not_judged() {
-        let answer = judge_request(&request(vec![series("tensors", SeriesKind::Exact, 1024.0, 330)], None));
+        let answer = judge_request(&request(
+            vec![series("tensors", SeriesKind::Exact, 1024.0, 330)],
+            None,
+        ));
         assert_eq!(answer.outcome, Outcome::Fail, "{}", answer.message);
         assert_eq!(answer.series[0].slope.unwrap().bytes_per_request, 1024.0);
-        assert!(answer.message.contains("FAIL tensors: leak at 1.02 kB"), "{}", answer.message);
+        assert!(
+            answer.message.contains("FAIL tensors: leak at 1.02 kB"),
+            "{}",
+            answer.message
+        );
         // Filling during the warm-up, flat after: a pass.
-        let answer = judge_request(&request(vec![series("tensors", SeriesKind::Exact, 0.0, 330)], None));
+        let answer = judge_request(&request(
+            vec![series("tensors", SeriesKind::Exact, 0.0, 330)],
+            None,
+        ));
         assert_eq!(answer.outcome, Outcome::Pass, "{}", answer.message);
         assert_eq!(answer.series[0].verdict, Some(Verdict::Flat));
     }
 
     #[test]
     fn a_budget_lets_a_slower_growth_pass_and_a_faster_one_fail() {
-        let slow = judge_request(&request(vec![series("tensors", SeriesKind::Exact, 1024.0, 330)], Some(2048.0)));
+        let slow = judge_request(&request(
+            vec![series("tensors", SeriesKind::Exact, 1024.0, 330)],
+            Some(2048.0),
+        ));
         assert_eq!(slow.outcome, Outcome::Pass, "{}", slow.message);
-        let fast = judge_request(&request(vec![series("tensors", SeriesKind::Exact, 4096.0, 330)], Some(2048.0)));
+        let fast = judge_request(&request(
+            vec![series("tensors", SeriesKind::Exact, 4096.0, 330)],
+            Some(2048.0),
+        ));
         assert_eq!(fast.outcome, Outcome::Fail, "{}", fast.message);
     }
 
@@ -263,16 +384,38 @@ mod tests {
     fn a_count_series_fails_on_its_own_growth_but_is_held_to_no_byte_budget() {
         // A loss accumulated across calls: its graph gains 3 nodes a call while the bytes the
         // tensors hold stay flat (what the nodes save is already counted elsewhere).
-        let nodes = SeriesIn { name: "autograd graph nodes".into(), kind: SeriesKind::Exact, samples: (30..330).map(|i| (i, 3 * i as i64)).collect(), noise_floor: None, counts: Some("graph nodes".into()) };
+        let nodes = SeriesIn {
+            name: "autograd graph nodes".into(),
+            kind: SeriesKind::Exact,
+            samples: (30..330).map(|i| (i, 3 * i as i64)).collect(),
+            noise_floor: None,
+            counts: Some("graph nodes".into()),
+        };
         let bytes = series("tensors (bytes)", SeriesKind::Exact, 0.0, 330);
         let answer = judge_request(&request(vec![bytes.clone(), nodes.clone()], None));
         assert_eq!(answer.outcome, Outcome::Fail, "{}", answer.message);
-        assert!(answer.message.contains("FAIL autograd graph nodes: leak at 3 (bound 3 .. 3) per call (exact; 300 samples)"), "{}", answer.message);
-        assert!(answer.message.contains("ok   tensors (bytes): flat at 0 B"), "{}", answer.message);
+        assert!(
+            answer.message.contains(
+                "FAIL autograd graph nodes: leak at 3 (bound 3 .. 3) per call (exact; 300 samples)"
+            ),
+            "{}",
+            answer.message
+        );
+        assert!(
+            answer.message.contains("ok   tensors (bytes): flat at 0 B"),
+            "{}",
+            answer.message
+        );
         // With a budget in bytes, a count cannot fail: the bytes decide.
         let answer = judge_request(&request(vec![bytes, nodes], Some(1024.0)));
         assert_eq!(answer.outcome, Outcome::Pass, "{}", answer.message);
-        assert!(answer.message.contains("ok   autograd graph nodes: leak at 3 (bound 3 .. 3) per call"), "{}", answer.message);
+        assert!(
+            answer
+                .message
+                .contains("ok   autograd graph nodes: leak at 3 (bound 3 .. 3) per call"),
+            "{}",
+            answer.message
+        );
     }
 
     #[test]
@@ -280,20 +423,48 @@ mod tests {
         // A page every ten calls to the end (410 B a call): the size of the steady creep clean
         // Python functions showed (0.2 to 0.7 kB a call where a page of noise failed them,
         // docs/pytest.md). A leak against a page of noise; flat within 64 KiB.
-        let steps: Vec<Sample> = (0..330).map(|i| (i, 100_000_000 + 4096 * (i as i64 / 10))).collect();
-        let settle = |floor: Option<f64>| SeriesIn { name: "anonymous memory".into(), kind: SeriesKind::Noisy, samples: steps.clone(), noise_floor: floor, counts: None };
-        assert_eq!(judge_request(&request(vec![settle(None)], None)).outcome, Outcome::Fail);
+        let steps: Vec<Sample> = (0..330)
+            .map(|i| (i, 100_000_000 + 4096 * (i as i64 / 10)))
+            .collect();
+        let settle = |floor: Option<f64>| SeriesIn {
+            name: "anonymous memory".into(),
+            kind: SeriesKind::Noisy,
+            samples: steps.clone(),
+            noise_floor: floor,
+            counts: None,
+        };
+        assert_eq!(
+            judge_request(&request(vec![settle(None)], None)).outcome,
+            Outcome::Fail
+        );
         let answer = judge_request(&request(vec![settle(Some(65536.0))], None));
         assert_eq!(answer.outcome, Outcome::Pass, "{}", answer.message);
-        assert!(answer.message.contains("noise 65.54 kB, the least this signal is given"), "{}", answer.message);
+        assert!(
+            answer
+                .message
+                .contains("noise 65.54 kB, the least this signal is given"),
+            "{}",
+            answer.message
+        );
         // 16 kB a call (4.8 MB over the calls) clears that noise.
-        let leak = SeriesIn { samples: (0..330).map(|i| (i, 100_000_000 + 16_384 * i as i64)).collect(), ..settle(Some(65536.0)) };
-        assert_eq!(judge_request(&request(vec![leak], None)).outcome, Outcome::Fail);
+        let leak = SeriesIn {
+            samples: (0..330)
+                .map(|i| (i, 100_000_000 + 16_384 * i as i64))
+                .collect(),
+            ..settle(Some(65536.0))
+        };
+        assert_eq!(
+            judge_request(&request(vec![leak], None)).outcome,
+            Outcome::Fail
+        );
     }
 
     #[test]
     fn too_few_samples_cannot_be_judged() {
-        let answer = judge_request(&request(vec![series("anonymous", SeriesKind::Noisy, 0.0, 40)], None));
+        let answer = judge_request(&request(
+            vec![series("anonymous", SeriesKind::Noisy, 0.0, 40)],
+            None,
+        ));
         assert_eq!(answer.outcome, Outcome::CannotJudge);
         assert!(answer.message.contains("not judged"), "{}", answer.message);
     }

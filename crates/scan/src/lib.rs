@@ -63,18 +63,36 @@ impl Target {
         let response = request.send().await?;
         let status = response.status().as_u16();
         let body = response.bytes().await?;
-        let error_body = (!(200..300).contains(&status)).then(|| body[..body.len().min(ERROR_BODY_BYTES)].to_vec());
+        let error_body = (!(200..300).contains(&status))
+            .then(|| body[..body.len().min(ERROR_BODY_BYTES)].to_vec());
         Ok(Answer { status, error_body })
     }
 
     /// The note on the first answer that was not a success: what the service said, cut short,
     /// and what usually causes that status.
     fn error_note(&self, status: u16, body: &[u8], headers: &[(String, String)]) -> String {
-        let said = String::from_utf8_lossy(body).split_whitespace().collect::<Vec<_>>().join(" ");
-        let cut = if body.len() >= ERROR_BODY_BYTES { " …" } else { "" };
-        let said = if said.is_empty() { "an empty body".to_string() } else { format!("`{said}{cut}`") };
-        let sent = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.as_str()).or(self.content_type);
-        let sent = sent.map_or("no content type".to_string(), |c| format!("content type {c}"));
+        let said = String::from_utf8_lossy(body)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let cut = if body.len() >= ERROR_BODY_BYTES {
+            " …"
+        } else {
+            ""
+        };
+        let said = if said.is_empty() {
+            "an empty body".to_string()
+        } else {
+            format!("`{said}{cut}`")
+        };
+        let sent = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.as_str())
+            .or(self.content_type);
+        let sent = sent.map_or("no content type".to_string(), |c| {
+            format!("content type {c}")
+        });
         let hint = match status {
             422 => format!(": the service could not read the body as the endpoint expects: check its shape (the fields and types the endpoint declares) and its content type ({sent} was sent; --header 'content-type: …' sets another)"),
             415 => format!(": the service refuses the body's content type ({sent} was sent): give the one it expects with --header 'content-type: …'"),
@@ -83,7 +101,10 @@ impl Target {
             405 => format!(": the route does not take {}: check the URL and --method (POST unless given)", self.method),
             _ => String::new(),
         };
-        let name = reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).map_or(String::new(), |r| format!(" {r}"));
+        let name = reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .map_or(String::new(), |r| format!(" {r}"));
         format!("the first error answer was HTTP {status}{name}, with {said}{hint}")
     }
 }
@@ -172,12 +193,22 @@ pub struct ScanReport {
 impl ScanReport {
     /// The series that decides: the first that fails, else the steepest judged one.
     pub fn deciding(&self) -> Option<&SeriesResult> {
-        self.series.iter().find(|s| s.ops.is_some_and(Ops::fails)).or_else(|| {
-            self.series.iter().filter(|s| s.judgement.is_some()).max_by(|a, b| {
-                let slope = |s: &SeriesResult| s.judgement.as_ref().map_or(0.0, |j| j.slope.bytes_per_request);
-                slope(a).total_cmp(&slope(b))
+        self.series
+            .iter()
+            .find(|s| s.ops.is_some_and(Ops::fails))
+            .or_else(|| {
+                self.series
+                    .iter()
+                    .filter(|s| s.judgement.is_some())
+                    .max_by(|a, b| {
+                        let slope = |s: &SeriesResult| {
+                            s.judgement
+                                .as_ref()
+                                .map_or(0.0, |j| j.slope.bytes_per_request)
+                        };
+                        slope(a).total_cmp(&slope(b))
+                    })
             })
-        })
     }
 }
 
@@ -189,7 +220,10 @@ struct Progress {
 impl Progress {
     fn new(total: usize, quiet: bool) -> Progress {
         let bars = leaklab_report::progress::Bars::new(quiet);
-        Progress { bar: bars.requests(total, "scan"), _bars: bars }
+        Progress {
+            bar: bars.requests(total, "scan"),
+            _bars: bars,
+        }
     }
 }
 
@@ -199,7 +233,14 @@ fn capacity_for(kind: Kind, options: &ScanOptions) -> Option<u64> {
     if options.capacity.is_some() {
         return options.capacity;
     }
-    let known = |k: Kind| options.signals.iter().filter_map(Signal::capacity).find(|(kk, _)| *kk == k).map(|(_, c)| c);
+    let known = |k: Kind| {
+        options
+            .signals
+            .iter()
+            .filter_map(Signal::capacity)
+            .find(|(kk, _)| *kk == k)
+            .map(|(_, c)| c)
+    };
     match kind {
         Kind::Host | Kind::CpuTensors => known(Kind::Host).or_else(leaklab_proc::mem_total),
         Kind::Gpu | Kind::TorchAllocated | Kind::TorchReserved => known(Kind::Gpu),
@@ -218,7 +259,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let mut state = State::default();
     // Every signal must read once before any load: a bad PID, cgroup or series is said now.
     for signal in &options.signals {
-        signal.read().await.with_context(|| format!("cannot read {}", signal.describe()))?;
+        signal
+            .read()
+            .await
+            .with_context(|| format!("cannot read {}", signal.describe()))?;
     }
     // So is the agent: its cheap /stats route answers before any traffic is sent.
     if let Some(base) = &options.agent_url {
@@ -226,10 +270,17 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     }
     let first = options.target.send(&client, 0).await;
     match &first {
-        Err(e) => bail!("the target {} does not answer: {}", options.target.url, describe(e)),
+        Err(e) => bail!(
+            "the target {} does not answer: {}",
+            options.target.url,
+            describe(e)
+        ),
         Ok(answer) => {
             let body = answer.error_body.as_deref().unwrap_or_default();
-            if let Some(refused) = reqwest::StatusCode::from_u16(answer.status).ok().and_then(|s| leaklab_client::refused(&options.target.url, s, body)) {
+            if let Some(refused) = reqwest::StatusCode::from_u16(answer.status)
+                .ok()
+                .and_then(|s| leaklab_client::refused(&options.target.url, s, body))
+            {
                 bail!("{refused}");
             }
         }
@@ -240,7 +291,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let progress = Progress::new(target, options.quiet);
     let mut sent = 1;
     loop {
-        let stop = drive(&client, options, &mut state, &mut sent, target, started, &progress).await;
+        let stop = drive(
+            &client, options, &mut state, &mut sent, target, started, &progress,
+        )
+        .await;
         if let Some(note) = stop {
             state.notes.push(note);
             break;
@@ -270,21 +324,41 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         let before = look(options, &client, sent as u64, &mut state.notes).await;
         state.unjudged = true;
         progress.bar.set_length(last as u64);
-        progress.bar.set_message("between the two looks inside (not judged)");
-        if let Some(note) = drive(&client, options, &mut state, &mut sent, last, started, &progress).await {
+        progress
+            .bar
+            .set_message("between the two looks inside (not judged)");
+        if let Some(note) = drive(
+            &client, options, &mut state, &mut sent, last, started, &progress,
+        )
+        .await
+        {
             state.notes.push(note);
         }
         let after = look(options, &client, sent as u64, &mut state.notes).await;
         looked_requests = (after.at - before.at) as usize;
-        let snapshots = before.snapshot.zip(after.snapshot).map(|(b, a)| leaklab_snapshot::diff(&b, &a, leaklab_snapshot::View::default(), Some((before.at, after.at))));
-        let censuses = before.census.zip(after.census).map(|(b, a)| agent::diff(&b, &a, after.at - before.at));
+        let snapshots = before.snapshot.zip(after.snapshot).map(|(b, a)| {
+            leaklab_snapshot::diff(
+                &b,
+                &a,
+                leaklab_snapshot::View::default(),
+                Some((before.at, after.at)),
+            )
+        });
+        let censuses = before
+            .census
+            .zip(after.census)
+            .map(|(b, a)| agent::diff(&b, &a, after.at - before.at));
         (snapshots, censuses)
     } else {
         (None, None)
     };
     progress.bar.finish_and_clear();
     if let Some((status, body)) = &state.first_error {
-        state.notes.push(options.target.error_note(*status, body, &options.http.headers));
+        state.notes.push(
+            options
+                .target
+                .error_note(*status, body, &options.http.headers),
+        );
     }
     let series = judge_all(&state, options, measured);
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
@@ -294,9 +368,17 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     } else {
         Outcome::CannotJudge
     };
-    let mut diagnosis = verdict::diagnose(&series.iter().filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict))).collect::<Vec<_>>(), census.is_some());
+    let mut diagnosis = verdict::diagnose(
+        &series
+            .iter()
+            .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
+            .collect::<Vec<_>>(),
+        census.is_some(),
+    );
     if let Some(top) = census.as_ref().and_then(|c| c.lines(1, "request").pop()) {
-        diagnosis.push_str(&format!(" The agent's census names the holder that grew most: {top}."));
+        diagnosis.push_str(&format!(
+            " The agent's census names the holder that grew most: {top}."
+        ));
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok(ScanReport {
@@ -327,17 +409,42 @@ struct Look {
 }
 
 /// Takes a [`Look`]; what cannot be had is a note, and the scan goes on without it.
-async fn look(options: &ScanOptions, client: &reqwest::Client, at: u64, notes: &mut Vec<String>) -> Look {
+async fn look(
+    options: &ScanOptions,
+    client: &reqwest::Client,
+    at: u64,
+    notes: &mut Vec<String>,
+) -> Look {
     let census = match &options.agent_url {
-        Some(base) => agent::fetch(client, base).await.map_err(|e| push_once(notes, format!("no census from the agent, so no holders named: {e:#}"))).ok(),
+        Some(base) => agent::fetch(client, base)
+            .await
+            .map_err(|e| {
+                push_once(
+                    notes,
+                    format!("no census from the agent, so no holders named: {e:#}"),
+                )
+            })
+            .ok(),
         None => None,
     };
     let snapshot = match (&options.snapshot_url, &options.agent_url) {
         (Some(url), _) => snapshot(&options.http, url, false, notes).await,
-        (None, Some(base)) => snapshot(&options.http, &format!("{}/snapshot", base.trim_end_matches('/')), true, notes).await,
+        (None, Some(base)) => {
+            snapshot(
+                &options.http,
+                &format!("{}/snapshot", base.trim_end_matches('/')),
+                true,
+                notes,
+            )
+            .await
+        }
         (None, None) => None,
     };
-    Look { at, census, snapshot }
+    Look {
+        at,
+        census,
+        snapshot,
+    }
 }
 
 fn push_once(notes: &mut Vec<String>, note: String) {
@@ -349,11 +456,24 @@ fn push_once(notes: &mut Vec<String>, note: String) {
 /// The service's memory snapshot, decoded; a failure is a note, and the scan goes on without it.
 /// `cuda_only`: the agent's route, which answers 409 in a service that uses no CUDA (its census
 /// alone then names the holders).
-async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, cuda_only: bool, notes: &mut Vec<String>) -> Option<leaklab_snapshot::Snapshot> {
+async fn snapshot(
+    http: &leaklab_client::ClientOptions,
+    url: &str,
+    cuda_only: bool,
+    notes: &mut Vec<String>,
+) -> Option<leaklab_snapshot::Snapshot> {
     let fetched = async {
         // A snapshot of a big service takes a while to pickle: more patience than a request.
-        let client = leaklab_client::ClientOptions { timeout: Some(Duration::from_secs(120)), ..http.clone() }.build()?;
-        let response = client.get(url).send().await.map_err(|e| anyhow::anyhow!(leaklab_client::describe(&e)))?;
+        let client = leaklab_client::ClientOptions {
+            timeout: Some(Duration::from_secs(120)),
+            ..http.clone()
+        }
+        .build()?;
+        let response = client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!(leaklab_client::describe(&e)))?;
         let status = response.status();
         let body = response.bytes().await?;
         if let Some(refused) = leaklab_client::refused(url, status, &body) {
@@ -363,7 +483,10 @@ async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, cuda_only: bo
             return Ok(None);
         }
         if !status.is_success() {
-            bail!("{url} answered {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]).trim());
+            bail!(
+                "{url} answered {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+            );
         }
         Ok(Some(leaklab_snapshot::from_bytes(&body)?))
     };
@@ -374,7 +497,10 @@ async fn snapshot(http: &leaklab_client::ClientOptions, url: &str, cuda_only: bo
             None
         }
         Err(e) => {
-            push_once(notes, format!("no memory snapshot, so no who-holds-it table by allocating line: {e:#}"));
+            push_once(
+                notes,
+                format!("no memory snapshot, so no who-holds-it table by allocating line: {e:#}"),
+            );
             None
         }
     }
@@ -398,8 +524,14 @@ impl State {
     fn settle(&mut self, result: Result<Answer>) {
         self.answered += 1;
         match result {
-            Ok(Answer { status, error_body: None }) => debug_assert!((200..300).contains(&status)),
-            Ok(Answer { status, error_body: Some(body) }) => {
+            Ok(Answer {
+                status,
+                error_body: None,
+            }) => debug_assert!((200..300).contains(&status)),
+            Ok(Answer {
+                status,
+                error_body: Some(body),
+            }) => {
                 *self.errors.entry(format!("HTTP {status}")).or_default() += 1;
                 self.first_error.get_or_insert((status, body));
             }
@@ -415,12 +547,19 @@ impl State {
             match signal.read().await {
                 Ok(readings) => {
                     for r in readings {
-                        self.series.entry(r.series).or_insert_with(|| (r.kind, Vec::new())).1.push((x, r.bytes));
+                        self.series
+                            .entry(r.series)
+                            .or_insert_with(|| (r.kind, Vec::new()))
+                            .1
+                            .push((x, r.bytes));
                     }
                 }
                 Err(e) => {
                     self.dead_signals.push(i);
-                    self.notes.push(format!("stopped reading {} after request {x}: {e:#}; its samples so far are kept", signal.describe()));
+                    self.notes.push(format!(
+                        "stopped reading {} after request {x}: {e:#}; its samples so far are kept",
+                        signal.describe()
+                    ));
                 }
             }
         }
@@ -438,27 +577,46 @@ fn describe(e: &anyhow::Error) -> String {
 fn error_kind(e: &anyhow::Error) -> String {
     match e.downcast_ref::<reqwest::Error>() {
         Some(r) if r.is_timeout() => "timeout".into(),
-        Some(r) if leaklab_client::describe(r).contains("certificate") => "TLS certificate not trusted".into(),
+        Some(r) if leaklab_client::describe(r).contains("certificate") => {
+            "TLS certificate not trusted".into()
+        }
         Some(r) if r.is_connect() => "connection refused or reset".into(),
         _ => "transport error".into(),
     }
 }
 
 /// Sends requests until `target`, sampling after each answer. Returns why it stopped early.
-async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut State, sent: &mut usize, target: usize, started: Instant, progress: &Progress) -> Option<String> {
+async fn drive(
+    client: &reqwest::Client,
+    options: &ScanOptions,
+    state: &mut State,
+    sent: &mut usize,
+    target: usize,
+    started: Instant,
+    progress: &Progress,
+) -> Option<String> {
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     // A tick late (the service or this machine stalled) is sent as soon as it can be, so the
     // mean rate holds.
-    let mut clock = options.pace.map(|rate| tokio::time::interval(Duration::from_secs_f64(1.0 / rate)));
+    let mut clock = options
+        .pace
+        .map(|rate| tokio::time::interval(Duration::from_secs_f64(1.0 / rate)));
     let mut tasks = tokio::task::JoinSet::new();
     let mut stop = None;
     while *sent < target || !tasks.is_empty() {
         if stop.is_none() && *sent < target {
             if started.elapsed() > options.time_limit {
-                stop = Some(format!("the time limit ({:?}) ran out after {} requests", options.time_limit, *sent));
+                stop = Some(format!(
+                    "the time limit ({:?}) ran out after {} requests",
+                    options.time_limit, *sent
+                ));
                 continue;
             }
-            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
             if let Some(clock) = &mut clock {
                 clock.tick().await;
             }
@@ -475,7 +633,9 @@ async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut Stat
         } else if stop.is_some() && tasks.is_empty() {
             break;
         }
-        let Some(done) = tasks.join_next().await else { break };
+        let Some(done) = tasks.join_next().await else {
+            break;
+        };
         let Ok((index, result)) = done else { continue };
         state.settle(result);
         if !state.unjudged {
@@ -483,7 +643,10 @@ async fn drive(client: &reqwest::Client, options: &ScanOptions, state: &mut Stat
         }
         progress.bar.inc(1);
         let errors: usize = state.errors.values().sum();
-        if stop.is_none() && state.answered >= 20 && errors as f64 > options.max_error_ratio * state.answered as f64 {
+        if stop.is_none()
+            && state.answered >= 20
+            && errors as f64 > options.max_error_ratio * state.answered as f64
+        {
             stop = Some(format!("{errors} of {} answers were errors ({:?}): the target is failing; the scan stopped and kept what it measured", state.answered, state.errors));
         }
         if stop.is_none() && state.dead_signals.len() == options.signals.len() {
@@ -526,9 +689,27 @@ fn judge_all(state: &State, options: &ScanOptions, measured: f64) -> Vec<SeriesR
                         Some(budget) => verdict::ops(&j, capacity, budget),
                         None => verdict::unbudgeted(&j, capacity, measured),
                     };
-                    SeriesResult { series: name.clone(), kind: *kind, samples: samples.clone(), judgement: Some(j), why_not_judged: None, capacity_bytes: capacity, seconds_to_oom: seconds, ops: Some(ops) }
+                    SeriesResult {
+                        series: name.clone(),
+                        kind: *kind,
+                        samples: samples.clone(),
+                        judgement: Some(j),
+                        why_not_judged: None,
+                        capacity_bytes: capacity,
+                        seconds_to_oom: seconds,
+                        ops: Some(ops),
+                    }
                 }
-                Err(e) => SeriesResult { series: name.clone(), kind: *kind, samples: samples.clone(), judgement: None, why_not_judged: Some(e.to_string()), capacity_bytes: capacity, seconds_to_oom: None, ops: None },
+                Err(e) => SeriesResult {
+                    series: name.clone(),
+                    kind: *kind,
+                    samples: samples.clone(),
+                    judgement: None,
+                    why_not_judged: Some(e.to_string()),
+                    capacity_bytes: capacity,
+                    seconds_to_oom: None,
+                    ops: None,
+                },
             }
         })
         .collect()

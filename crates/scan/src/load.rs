@@ -13,22 +13,34 @@ pub fn read_bodies(sources: &[String]) -> Result<Vec<Vec<u8>>> {
     for source in sources {
         if source == "-" {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).context("cannot read the request body from stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read the request body from stdin")?;
             bodies.push(buf);
             continue;
         }
         let path = Path::new(source);
         if path.is_dir() {
-            let mut files: Vec<_> = std::fs::read_dir(path).with_context(|| format!("cannot list {source}"))?.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+            let mut files: Vec<_> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot list {source}"))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect();
             files.sort();
             if files.is_empty() {
                 bail!("the body folder {source} holds no files");
             }
             for f in files {
-                bodies.push(std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?);
+                bodies.push(
+                    std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?,
+                );
             }
         } else {
-            bodies.push(std::fs::read(path).with_context(|| format!("cannot read the request body {source}"))?);
+            bodies.push(
+                std::fs::read(path)
+                    .with_context(|| format!("cannot read the request body {source}"))?,
+            );
         }
     }
     Ok(bodies)
@@ -37,17 +49,27 @@ pub fn read_bodies(sources: &[String]) -> Result<Vec<Vec<u8>>> {
 /// The content type to send where no `--header` names one: `application/json` when every body
 /// is JSON, none otherwise (a service reads other bodies by what it expects).
 pub fn content_type(bodies: &[Vec<u8>], headers: &[(String, String)]) -> Option<&'static str> {
-    let named = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
-    let json = !bodies.is_empty() && bodies.iter().all(|b| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok());
+    let named = headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+    let json = !bodies.is_empty()
+        && bodies
+            .iter()
+            .all(|b| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok());
     (json && !named).then_some("application/json")
 }
 
 /// Body `index` of the cycle, varied when `vary` holds a seed: every JSON number is multiplied
 /// by a factor within ±0.1 % drawn from the seed and the index (integers stay integers).
 pub fn body(bodies: &[Vec<u8>], index: u64, vary: Option<u64>) -> Result<Vec<u8>> {
-    let Some(raw) = bodies.get(index as usize % bodies.len().max(1)) else { return Ok(Vec::new()) };
-    let Some(seed) = vary else { return Ok(raw.clone()) };
-    let mut value: serde_json::Value = serde_json::from_slice(raw).context("--vary needs JSON bodies (it nudges their numbers)")?;
+    let Some(raw) = bodies.get(index as usize % bodies.len().max(1)) else {
+        return Ok(Vec::new());
+    };
+    let Some(seed) = vary else {
+        return Ok(raw.clone());
+    };
+    let mut value: serde_json::Value = serde_json::from_slice(raw)
+        .context("--vary needs JSON bodies (it nudges their numbers)")?;
     let mut rng = SeededRng::new(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     nudge(&mut value, &mut rng);
     Ok(serde_json::to_vec(&value)?)
@@ -59,7 +81,8 @@ fn nudge(value: &mut serde_json::Value, rng: &mut SeededRng) {
         Value::Number(n) => {
             let unit = rng.symmetric();
             if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
-                if let Some(v) = serde_json::Number::from_f64(f * (1.0 + 1e-3 * unit) + 1e-6 * unit) {
+                if let Some(v) = serde_json::Number::from_f64(f * (1.0 + 1e-3 * unit) + 1e-6 * unit)
+                {
                     *n = v;
                 }
             } else if let Some(i) = n.as_i64() {
@@ -86,14 +109,23 @@ mod tests {
         assert!((v["inputs"][0][0].as_f64().unwrap() - 0.5).abs() < 1e-3);
         assert_eq!(v["name"], "x");
         assert_eq!(body(&bodies, 1, None).unwrap(), bodies[0]);
-        assert!(body(&[b"not json".to_vec()], 0, Some(1)).unwrap_err().to_string().contains("--vary needs JSON"));
+        assert!(body(&[b"not json".to_vec()], 0, Some(1))
+            .unwrap_err()
+            .to_string()
+            .contains("--vary needs JSON"));
     }
 
     #[test]
     fn json_bodies_go_as_json_unless_a_header_says_otherwise() {
         let json = vec![br#"{"inputs": [[0.1]]}"#.to_vec()];
         assert_eq!(content_type(&json, &[]), Some("application/json"));
-        assert_eq!(content_type(&json, &[("Content-Type".into(), "application/x-ndjson".into())]), None);
+        assert_eq!(
+            content_type(
+                &json,
+                &[("Content-Type".into(), "application/x-ndjson".into())]
+            ),
+            None
+        );
         assert_eq!(content_type(&[b"a,b\n1,2".to_vec()], &[]), None);
         assert_eq!(content_type(&[], &[]), None);
     }

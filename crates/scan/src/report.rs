@@ -4,22 +4,39 @@
 use crate::{Outcome, ScanReport, SeriesResult};
 use leaklab_report::page::{Page, Section, Summary};
 use leaklab_report::plot::Chart;
-use leaklab_report::{human_bytes, human_duration as duration, Attachment, Cell, Report, Table, Tone};
+use leaklab_report::{
+    human_bytes, human_duration as duration, Attachment, Cell, Report, Table, Tone,
+};
 
 fn row(s: &SeriesResult) -> Vec<Cell> {
     let Some(j) = &s.judgement else {
-        return vec![Cell::code(&s.series), "-".into(), s.why_not_judged.clone().unwrap_or_default().into(), "-".into(), "-".into(), "-".into(), Cell::new("cannot judge").tone(Tone::Warn)];
+        return vec![
+            Cell::code(&s.series),
+            "-".into(),
+            s.why_not_judged.clone().unwrap_or_default().into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            Cell::new("cannot judge").tone(Tone::Warn),
+        ];
     };
     let oom = match (s.capacity_bytes, s.seconds_to_oom) {
         (None, _) => "no capacity known".into(),
         (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
         (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
     };
-    let result = s.ops.map_or(Cell::new("-"), |o| Cell::new(o.label()).tone(o));
+    let result = s
+        .ops
+        .map_or(Cell::new("-"), |o| Cell::new(o.label()).tone(o));
     vec![
         Cell::code(&s.series),
         Cell::new(j.verdict.to_string()).tone(j.verdict),
-        format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width())).into(),
+        format!(
+            "{} ± {}",
+            human_bytes(j.slope.bytes_per_request),
+            human_bytes(j.slope.half_width())
+        )
+        .into(),
         human_bytes(j.noise_bytes).into(),
         human_bytes(j.floor_now as f64).into(),
         oom.into(),
@@ -27,14 +44,24 @@ fn row(s: &SeriesResult) -> Vec<Cell> {
     ]
 }
 
-const HEADER: [&str; 7] = ["series", "verdict", "bytes/request", "noise", "floor now", "time to OOM", "result"];
+const HEADER: [&str; 7] = [
+    "series",
+    "verdict",
+    "bytes/request",
+    "noise",
+    "floor now",
+    "time to OOM",
+    "result",
+];
 
 /// How each series is judged, said under its table and its charts.
 const METHOD: &str = "Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself (at least 65.54 kB for host memory, which moves in allocator steps); the time to OOM is at the budget's request rate (without a budget, at the rate the scan drove), from the floor now to the series' capacity.";
 
 impl ScanReport {
     fn series_table(&self) -> Table {
-        Table::new(HEADER).numeric(&[2, 3, 4, 5]).rows(self.series.iter().map(row))
+        Table::new(HEADER)
+            .numeric(&[2, 3, 4, 5])
+            .rows(self.series.iter().map(row))
     }
 
     pub fn table(&self) -> String {
@@ -45,7 +72,10 @@ impl ScanReport {
         }
         if let Some(d) = &self.who_holds {
             out.push(String::new());
-            out.push(format!("Who holds it (snapshots after the warm-up and at the end):\n{}", leaklab_snapshot::render::difference_text(d, 5, false).trim_end()));
+            out.push(format!(
+                "Who holds it (snapshots after the warm-up and at the end):\n{}",
+                leaklab_snapshot::render::difference_text(d, 5, false).trim_end()
+            ));
         }
         out.push(String::new());
         out.push(self.summary());
@@ -74,8 +104,14 @@ impl ScanReport {
     /// The requests and which were judged: the warm-up, and those between the looks inside, are not.
     fn requests_words(&self) -> String {
         match self.looked_requests {
-            0 => format!("{} requests ({} warm-up, not judged)", self.requests_sent, self.warmup),
-            n => format!("{} requests ({} warm-up and {n} between the looks inside, not judged)", self.requests_sent, self.warmup),
+            0 => format!(
+                "{} requests ({} warm-up, not judged)",
+                self.requests_sent, self.warmup
+            ),
+            n => format!(
+                "{} requests ({} warm-up and {n} between the looks inside, not judged)",
+                self.requests_sent, self.warmup
+            ),
         }
     }
 
@@ -86,7 +122,12 @@ impl ScanReport {
     /// The verdict with its evidence, as hyperfine states what it measured.
     pub fn summary(&self) -> String {
         let (answer, words) = self.outcome_words();
-        let mut text = format!("{answer}: {words} ({}).\n{}\nEvidence: {}", self.budget_words(), self.diagnosis, self.evidence());
+        let mut text = format!(
+            "{answer}: {words} ({}).\n{}\nEvidence: {}",
+            self.budget_words(),
+            self.diagnosis,
+            self.evidence()
+        );
         for note in &self.notes {
             text.push_str(&format!("\nNote: {note}"));
         }
@@ -94,14 +135,22 @@ impl ScanReport {
     }
 
     pub fn markdown(&self) -> String {
-        let mut md = format!("# leaklab scan of {}\n\n**{}**\n\n", self.url, self.summary().replace('\n', "\n\n"));
+        let mut md = format!(
+            "# leaklab scan of {}\n\n**{}**\n\n",
+            self.url,
+            self.summary().replace('\n', "\n\n")
+        );
         md.push_str(&self.series_table().markdown());
         md.push('\n');
         if let Some(c) = &self.census {
             md.push_str(&c.markdown(20, "request"));
         }
         if let Some(d) = &self.who_holds {
-            md.push_str(&leaklab_snapshot::render::difference_markdown("Who holds the memory the judged requests left live", d, 10));
+            md.push_str(&leaklab_snapshot::render::difference_markdown(
+                "Who holds the memory the judged requests left live",
+                d,
+                10,
+            ));
             md.push('\n');
         }
         for s in self.series.iter().filter(|s| s.judgement.is_some()) {
@@ -117,9 +166,28 @@ impl ScanReport {
             .filter_map(|s| {
                 let j = s.judgement.as_ref()?;
                 let base = s.samples.first().map_or(0, |p| p.1);
-                let mb = |points: &[(u64, i64)]| points.iter().map(|&(x, y)| (x as f64, (y - base) as f64 / 1e6)).collect::<Vec<_>>();
-                let lines = vec![(s.series.clone(), mb(&s.samples)), ("floor".to_string(), mb(&j.floor))];
-                Some((s, Chart::new(file_name(&s.series), format!("{}: {} (growth since the first request, MB)", s.series, j.verdict), lines, self.warmup)))
+                let mb = |points: &[(u64, i64)]| {
+                    points
+                        .iter()
+                        .map(|&(x, y)| (x as f64, (y - base) as f64 / 1e6))
+                        .collect::<Vec<_>>()
+                };
+                let lines = vec![
+                    (s.series.clone(), mb(&s.samples)),
+                    ("floor".to_string(), mb(&j.floor)),
+                ];
+                Some((
+                    s,
+                    Chart::new(
+                        file_name(&s.series),
+                        format!(
+                            "{}: {} (growth since the first request, MB)",
+                            s.series, j.verdict
+                        ),
+                        lines,
+                        self.warmup,
+                    ),
+                ))
             })
             .collect()
     }
@@ -131,7 +199,14 @@ impl ScanReport {
             figures.push(("deciding series".to_string(), s.series.clone()));
             if let Some(j) = &s.judgement {
                 figures.push(("verdict".into(), j.verdict.to_string()));
-                figures.push(("bytes/request".into(), format!("{} ± {}", human_bytes(j.slope.bytes_per_request), human_bytes(j.slope.half_width()))));
+                figures.push((
+                    "bytes/request".into(),
+                    format!(
+                        "{} ± {}",
+                        human_bytes(j.slope.bytes_per_request),
+                        human_bytes(j.slope.half_width())
+                    ),
+                ));
             }
             let oom = match (s.capacity_bytes, s.seconds_to_oom) {
                 (None, _) => "no capacity known".into(),
@@ -141,7 +216,10 @@ impl ScanReport {
             figures.push(("time to OOM".into(), oom));
         }
         figures.push(("budget".into(), self.budget_words()));
-        figures.push(("requests".into(), format!("{}, {} errors", self.requests_words(), self.errors)));
+        figures.push((
+            "requests".into(),
+            format!("{}, {} errors", self.requests_words(), self.errors),
+        ));
         let headline = match (self.outcome, self.deciding(), self.budget) {
             (Outcome::Fail, Some(s), Some(_)) => match (s.seconds_to_oom, s.capacity_bytes) {
                 (Some(t), Some(c)) => format!("{} runs out in {} (of {}), within the budget of {}.", s.series, duration(t), human_bytes(c as f64), self.budget_words()),
@@ -154,7 +232,13 @@ impl ScanReport {
             (Outcome::Pass, _, Some(_)) => format!("Nothing runs out within the budget of {}.", self.budget_words()),
             _ => format!("{}{}.", &words[..1].to_uppercase(), &words[1..]),
         };
-        Summary { tone: self.outcome.into(), answer: answer.into(), headline, figures, text: vec![self.diagnosis.clone()] }
+        Summary {
+            tone: self.outcome.into(),
+            answer: answer.into(),
+            headline,
+            figures,
+            text: vec![self.diagnosis.clone()],
+        }
     }
 }
 
@@ -172,21 +256,36 @@ impl Report for ScanReport {
     }
 
     fn page(&self) -> Option<Page> {
-        let mut page = Page::new("leaklab scan", &self.url, self.page_summary()).section(Section::new("Series").table(self.series_table().caption(METHOD)).notes(&self.notes));
+        let mut page = Page::new("leaklab scan", &self.url, self.page_summary()).section(
+            Section::new("Series")
+                .table(self.series_table().caption(METHOD))
+                .notes(&self.notes),
+        );
         if let Some(c) = &self.census {
             let census = c.table(20, "request").caption("The holders whose tensors grew between the agent's two censuses, taken after the judged requests and again a quarter as many requests later: tensors gained, bytes gained (their storages plus what their autograd graphs save), per request between the censuses, and autograd graph nodes gained.");
-            let mut section = Section::new(format!("Who holds it: the agent's tensor census, {} requests apart", c.steps)).table(census).text(c.totals("request"));
+            let mut section = Section::new(format!(
+                "Who holds it: the agent's tensor census, {} requests apart",
+                c.steps
+            ))
+            .table(census)
+            .text(c.totals("request"));
             section = section.notes(&c.notes);
             page = page.section(section);
         }
         if let Some(d) = &self.who_holds {
-            page = page.section(leaklab_snapshot::report::difference_section("Who holds it: the memory the judged requests left live, by allocating line", d, 10));
+            page = page.section(leaklab_snapshot::report::difference_section(
+                "Who holds it: the memory the judged requests left live, by allocating line",
+                d,
+                10,
+            ));
         }
         let charts = self.charts();
         if !charts.is_empty() {
             let mut section = Section::new("Memory over the requests");
             for (s, chart) in &charts {
-                let (Some(j), Ok(svg)) = (&s.judgement, chart.svg()) else { continue };
+                let (Some(j), Ok(svg)) = (&s.judgement, chart.svg()) else {
+                    continue;
+                };
                 let caption = format!(
                     "{}: what the scan read after every answer, and its floor, in MB above the first sample; the grey line marks the end of the {}-request warm-up (not judged). {}, {} per request, noise {}.",
                     s.series,
@@ -199,21 +298,38 @@ impl Report for ScanReport {
             }
             page = page.section(section);
         }
-        let mut errors: Vec<String> = self.error_kinds.iter().map(|(kind, n)| format!("{n} × {kind}")).collect();
+        let mut errors: Vec<String> = self
+            .error_kinds
+            .iter()
+            .map(|(kind, n)| format!("{n} × {kind}"))
+            .collect();
         if errors.is_empty() {
             errors.push("none".into());
         }
-        Some(page.section(Section::new("How this was measured").facts(vec![
-            ("target".into(), self.url.clone()),
-            ("requests".into(), self.requests_words()),
-            ("time".into(), format!("{:.1} s, {:.1} requests/s", self.seconds, self.requests_per_second_measured)),
-            ("errors".into(), errors.join(", ")),
-            ("budget".into(), match self.budget {
-                Some(_) => format!("fail when memory runs out within {}", self.budget_words()),
-                None => self.budget_words(),
-            }),
-            ("method".into(), METHOD.into()),
-        ])))
+        Some(
+            page.section(Section::new("How this was measured").facts(vec![
+                ("target".into(), self.url.clone()),
+                ("requests".into(), self.requests_words()),
+                (
+                    "time".into(),
+                    format!(
+                        "{:.1} s, {:.1} requests/s",
+                        self.seconds, self.requests_per_second_measured
+                    ),
+                ),
+                ("errors".into(), errors.join(", ")),
+                (
+                    "budget".into(),
+                    match self.budget {
+                        Some(_) => {
+                            format!("fail when memory runs out within {}", self.budget_words())
+                        }
+                        None => self.budget_words(),
+                    },
+                ),
+                ("method".into(), METHOD.into()),
+            ])),
+        )
     }
 
     fn attachments(&self) -> leaklab_report::Result<Vec<Attachment>> {
@@ -227,5 +343,14 @@ impl Report for ScanReport {
 
 /// A file name for a series (metric selectors carry braces and quotes).
 fn file_name(series: &str) -> String {
-    series.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+    series
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

@@ -46,9 +46,16 @@ pub enum Signal {
     /// OOM killer judges.
     Cgroup(Cgroup),
     /// NVML: the GPU memory of the process tree, and the device's use.
-    Gpu { pid: u32, nvml: Box<nvml_wrapper::Nvml> },
+    Gpu {
+        pid: u32,
+        nvml: Box<nvml_wrapper::Nvml>,
+    },
     /// A Prometheus text endpoint and the series to read from it.
-    Metrics { url: String, series: Vec<String>, client: reqwest::Client },
+    Metrics {
+        url: String,
+        series: Vec<String>,
+        client: reqwest::Client,
+    },
 }
 
 impl Signal {
@@ -63,13 +70,22 @@ impl Signal {
 
     /// Opens NVML for process `pid`; without a driver, a clear "NVML unavailable".
     pub fn gpu(pid: u32) -> Result<Signal> {
-        let nvml = nvml_wrapper::Nvml::init().map_err(|e| anyhow!("NVML unavailable: {e} (no NVIDIA driver on this machine?)"))?;
-        Ok(Signal::Gpu { pid, nvml: Box::new(nvml) })
+        let nvml = nvml_wrapper::Nvml::init()
+            .map_err(|e| anyhow!("NVML unavailable: {e} (no NVIDIA driver on this machine?)"))?;
+        Ok(Signal::Gpu {
+            pid,
+            nvml: Box::new(nvml),
+        })
     }
 
     /// Checks the cgroup folder holds a memory controller's files.
     pub fn cgroup(dir: &Path) -> Result<Signal> {
-        Cgroup::open(dir).map(Signal::Cgroup).map_err(|e| anyhow!("{} is not a cgroup with a memory controller: {e}", dir.display()))
+        Cgroup::open(dir).map(Signal::Cgroup).map_err(|e| {
+            anyhow!(
+                "{} is not a cgroup with a memory controller: {e}",
+                dir.display()
+            )
+        })
     }
 
     pub async fn read(&self) -> Result<Vec<Reading>> {
@@ -77,7 +93,11 @@ impl Signal {
             Signal::Process { pid } => read_process(*pid),
             Signal::Cgroup(c) => read_cgroup(c),
             Signal::Gpu { pid, nvml } => read_gpu(*pid, nvml),
-            Signal::Metrics { url, series, client } => read_metrics(client, url, series).await,
+            Signal::Metrics {
+                url,
+                series,
+                client,
+            } => read_metrics(client, url, series).await,
         }
     }
 
@@ -100,14 +120,38 @@ fn read_process(pid: u32) -> Result<Vec<Reading>> {
             total = total + rollup;
         }
     }
-    Ok(vec![Reading { series: "anonymous".into(), kind: Kind::Host, bytes: total.anonymous as i64 }, Reading { series: "rss".into(), kind: Kind::Host, bytes: total.rss as i64 }])
+    Ok(vec![
+        Reading {
+            series: "anonymous".into(),
+            kind: Kind::Host,
+            bytes: total.anonymous as i64,
+        },
+        Reading {
+            series: "rss".into(),
+            kind: Kind::Host,
+            bytes: total.rss as i64,
+        },
+    ])
 }
 
 fn read_cgroup(cgroup: &Cgroup) -> Result<Vec<Reading>> {
-    let now = cgroup.usage().with_context(|| format!("cannot read the cgroup {}: is it gone?", cgroup.dir.display()))?;
+    let now = cgroup.usage().with_context(|| {
+        format!(
+            "cannot read the cgroup {}: is it gone?",
+            cgroup.dir.display()
+        )
+    })?;
     Ok(vec![
-        Reading { series: "cgroup_working_set".into(), kind: Kind::Host, bytes: now.working_set as i64 },
-        Reading { series: "cgroup_usage".into(), kind: Kind::Host, bytes: now.usage as i64 },
+        Reading {
+            series: "cgroup_working_set".into(),
+            kind: Kind::Host,
+            bytes: now.working_set as i64,
+        },
+        Reading {
+            series: "cgroup_usage".into(),
+            kind: Kind::Host,
+            bytes: now.usage as i64,
+        },
     ])
 }
 
@@ -129,9 +173,27 @@ fn gpus(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<GpuMemory>> {
         let device = nvml.device_by_index(i).map_err(failed)?;
         let memory = device.memory_info().map_err(failed)?;
         // NVML reports host PIDs: inside a container, run the scan on the host or with hostPID.
-        let mine: Vec<_> = device.running_compute_processes().map_err(failed)?.into_iter().filter(|p| tree.contains(&p.pid)).collect();
-        let bytes = mine.iter().map(|p| if let UsedGpuMemory::Used(b) = p.used_gpu_memory { b } else { 0 }).sum();
-        devices.push(GpuMemory { used: memory.used, total: memory.total, tree: (!mine.is_empty()).then_some(bytes) });
+        let mine: Vec<_> = device
+            .running_compute_processes()
+            .map_err(failed)?
+            .into_iter()
+            .filter(|p| tree.contains(&p.pid))
+            .collect();
+        let bytes = mine
+            .iter()
+            .map(|p| {
+                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
+                    b
+                } else {
+                    0
+                }
+            })
+            .sum();
+        devices.push(GpuMemory {
+            used: memory.used,
+            total: memory.total,
+            tree: (!mine.is_empty()).then_some(bytes),
+        });
     }
     Ok(devices)
 }
@@ -140,7 +202,11 @@ fn gpus(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<GpuMemory>> {
 /// runs on none (a service that has not touched CUDA yet). Use and capacity are both summed
 /// over these, so a process on one GPU of eight is judged against that GPU's memory.
 fn watched(devices: &[GpuMemory]) -> Vec<GpuMemory> {
-    let on: Vec<GpuMemory> = devices.iter().copied().filter(|d| d.tree.is_some()).collect();
+    let on: Vec<GpuMemory> = devices
+        .iter()
+        .copied()
+        .filter(|d| d.tree.is_some())
+        .collect();
     if on.is_empty() {
         devices.to_vec()
     } else {
@@ -150,7 +216,11 @@ fn watched(devices: &[GpuMemory]) -> Vec<GpuMemory> {
 
 /// The tree's GPU bytes and the watched devices' use and total.
 fn gpu_sums(devices: &[GpuMemory]) -> (u64, u64, u64) {
-    watched(devices).iter().fold((0, 0, 0), |(tree, used, total), d| (tree + d.tree.unwrap_or(0), used + d.used, total + d.total))
+    watched(devices)
+        .iter()
+        .fold((0, 0, 0), |(tree, used, total), d| {
+            (tree + d.tree.unwrap_or(0), used + d.used, total + d.total)
+        })
 }
 
 fn gpu_totals(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<u64> {
@@ -159,7 +229,18 @@ fn gpu_totals(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<u64> {
 
 fn read_gpu(pid: u32, nvml: &nvml_wrapper::Nvml) -> Result<Vec<Reading>> {
     let (tree, used, _) = gpu_sums(&gpus(pid, nvml)?);
-    Ok(vec![Reading { series: "gpu_process".into(), kind: Kind::Gpu, bytes: tree as i64 }, Reading { series: "gpu_device_used".into(), kind: Kind::Gpu, bytes: used as i64 }])
+    Ok(vec![
+        Reading {
+            series: "gpu_process".into(),
+            kind: Kind::Gpu,
+            bytes: tree as i64,
+        },
+        Reading {
+            series: "gpu_device_used".into(),
+            kind: Kind::Gpu,
+            bytes: used as i64,
+        },
+    ])
 }
 
 /// The kind of a gauge, from its name: leaklab's exact CPU allocator gauge, and PyTorch's
@@ -186,8 +267,16 @@ pub fn pick(text: &str, selector: &str) -> Result<f64> {
         Some((n, rest)) => (n, rest.trim_end_matches('}')),
         None => (selector, ""),
     };
-    let wanted: Vec<(&str, &str)> = labels.split(',').filter(|l| !l.trim().is_empty()).filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim(), v.trim().trim_matches('"'))).collect();
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).map_err(|e| anyhow!("the metrics endpoint did not answer in the Prometheus text format: {e}"))?;
+    let wanted: Vec<(&str, &str)> = labels
+        .split(',')
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+        .collect();
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).map_err(|e| {
+            anyhow!("the metrics endpoint did not answer in the Prometheus text format: {e}")
+        })?;
     // The parser skips lines it cannot read: an answer with no sample at all (JSON, a page) is
     // not an exposition, whatever series is asked for.
     if scrape.samples.is_empty() {
@@ -195,9 +284,15 @@ pub fn pick(text: &str, selector: &str) -> Result<f64> {
         bail!("the metrics endpoint did not answer in the Prometheus text format: no `name value` sample in its answer (it starts `{start}`)");
     }
     let mut found = None;
-    for sample in scrape.samples.iter().filter(|s| s.metric == name && wanted.iter().all(|(k, v)| s.labels.get(k) == Some(*v))) {
+    for sample in scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && wanted.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+    {
         let value = match sample.value {
-            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v) => v,
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v)
+            | prometheus_parse::Value::Counter(v) => v,
             _ => bail!("`{selector}` is a histogram or summary, not a gauge of bytes"),
         };
         if !value.is_finite() {
@@ -206,15 +301,47 @@ pub fn pick(text: &str, selector: &str) -> Result<f64> {
         *found.get_or_insert(0.0) += value;
     }
     found.ok_or_else(|| {
-        let mut names: Vec<&str> = scrape.samples.iter().map(|s| s.metric.as_str()).filter(|m| m.contains("memory") || m.contains("bytes")).collect();
+        let mut names: Vec<&str> = scrape
+            .samples
+            .iter()
+            .map(|s| s.metric.as_str())
+            .filter(|m| m.contains("memory") || m.contains("bytes"))
+            .collect();
         names.dedup();
-        anyhow!("the metrics have no series `{selector}`; memory-like series there: {}", if names.is_empty() { "none".into() } else { names.join(", ") })
+        anyhow!(
+            "the metrics have no series `{selector}`; memory-like series there: {}",
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            }
+        )
     })
 }
 
-async fn read_metrics(client: &reqwest::Client, url: &str, series: &[String]) -> Result<Vec<Reading>> {
-    let text = client.get(url).send().await.and_then(|r| r.error_for_status()).with_context(|| format!("cannot scrape {url}"))?.text().await?;
-    series.iter().map(|s| Ok(Reading { series: s.clone(), kind: kind_of(s), bytes: pick(&text, s)? as i64 })).collect()
+async fn read_metrics(
+    client: &reqwest::Client,
+    url: &str,
+    series: &[String],
+) -> Result<Vec<Reading>> {
+    let text = client
+        .get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .with_context(|| format!("cannot scrape {url}"))?
+        .text()
+        .await?;
+    series
+        .iter()
+        .map(|s| {
+            Ok(Reading {
+                series: s.clone(),
+                kind: kind_of(s),
+                bytes: pick(&text, s)? as i64,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -227,25 +354,56 @@ mod tests {
         assert_eq!(pick(text, "process_resident_memory_bytes").unwrap(), 1.5e8);
         assert_eq!(pick(text, "mem").unwrap(), 30.0);
         assert_eq!(pick(text, "mem{gpu=\"1\"}").unwrap(), 20.0);
-        assert!(pick(text, "nope").unwrap_err().to_string().contains("process_resident_memory_bytes"));
-        assert!(pick("mem NaN\n", "mem").unwrap_err().to_string().contains("not a number"));
-        assert!(pick("{\"cpu\": {\"live_bytes\": 3}}\n", "x").unwrap_err().to_string().contains("did not answer in the Prometheus text format"));
-        assert_eq!(kind_of("torch_cuda_memory_allocated_bytes"), Kind::TorchAllocated);
-        assert_eq!(kind_of("torch_cuda_memory_reserved_bytes"), Kind::TorchReserved);
+        assert!(pick(text, "nope")
+            .unwrap_err()
+            .to_string()
+            .contains("process_resident_memory_bytes"));
+        assert!(pick("mem NaN\n", "mem")
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
+        assert!(pick("{\"cpu\": {\"live_bytes\": 3}}\n", "x")
+            .unwrap_err()
+            .to_string()
+            .contains("did not answer in the Prometheus text format"));
+        assert_eq!(
+            kind_of("torch_cuda_memory_allocated_bytes"),
+            Kind::TorchAllocated
+        );
+        assert_eq!(
+            kind_of("torch_cuda_memory_reserved_bytes"),
+            Kind::TorchReserved
+        );
         // leaklab's exact gauge counts live CPU tensors: the drill's "tensors are kept alive".
-        assert_eq!(kind_of("leaklab_memory_bytes{probe=\"cpu_allocator_live\"}"), Kind::CpuTensors);
+        assert_eq!(
+            kind_of("leaklab_memory_bytes{probe=\"cpu_allocator_live\"}"),
+            Kind::CpuTensors
+        );
         assert_eq!(kind_of("process_resident_memory_bytes"), Kind::Host);
     }
 
     #[test]
     fn gpu_use_and_capacity_are_summed_over_the_same_devices() {
-        let gpu = |used: u64, tree: Option<u64>| GpuMemory { used: used << 30, total: 80 << 30, tree: tree.map(|t| t << 30) };
+        let gpu = |used: u64, tree: Option<u64>| GpuMemory {
+            used: used << 30,
+            total: 80 << 30,
+            tree: tree.map(|t| t << 30),
+        };
         // On one GPU of three: that GPU's use and its 80 GiB, not the machine's 240 GiB.
-        assert_eq!(gpu_sums(&[gpu(5, None), gpu(12, Some(10)), gpu(7, None)]), (10 << 30, 12 << 30, 80 << 30));
+        assert_eq!(
+            gpu_sums(&[gpu(5, None), gpu(12, Some(10)), gpu(7, None)]),
+            (10 << 30, 12 << 30, 80 << 30)
+        );
         // On two: both, use and capacity alike.
-        assert_eq!(gpu_sums(&[gpu(5, Some(4)), gpu(12, Some(10)), gpu(7, None)]), (14 << 30, 17 << 30, 160 << 30));
+        assert_eq!(
+            gpu_sums(&[gpu(5, Some(4)), gpu(12, Some(10)), gpu(7, None)]),
+            (14 << 30, 17 << 30, 160 << 30)
+        );
         // On none yet (no CUDA context): every device.
-        assert_eq!(gpu_sums(&[gpu(5, None), gpu(12, None)]), (0, 17 << 30, 160 << 30));
+        assert_eq!(
+            gpu_sums(&[gpu(5, None), gpu(12, None)]),
+            (0, 17 << 30, 160 << 30)
+        );
         assert_eq!(gpu_sums(&[]), (0, 0, 0));
     }
 
@@ -254,6 +412,9 @@ mod tests {
         let me = std::process::id();
         let r = read_process(me).unwrap();
         assert!(r[1].bytes >= r[0].bytes && r[0].bytes > 0, "{r:?}");
-        assert!(read_process(u32::MAX - 1).unwrap_err().to_string().contains("gone"));
+        assert!(read_process(u32::MAX - 1)
+            .unwrap_err()
+            .to_string()
+            .contains("gone"));
     }
 }

@@ -9,7 +9,11 @@ use leaklab_detect::Verdict;
 /// `census`: the agent's census is in the report, so the host sentence points at it rather
 /// than at mounting the agent.
 pub fn diagnose(growing: &[(Kind, Verdict)], census: bool) -> String {
-    let grows = |k: Kind| growing.iter().any(|&(kind, v)| kind == k && v == Verdict::Leak);
+    let grows = |k: Kind| {
+        growing
+            .iter()
+            .any(|&(kind, v)| kind == k && v == Verdict::Leak)
+    };
     let seen = |k: Kind| growing.iter().any(|&(kind, _)| kind == k);
     if grows(Kind::TorchAllocated) || grows(Kind::CpuTensors) {
         "Tensors are being kept alive: torch's allocated bytes grow with every request. Look for outputs kept in histories, graphs kept by running statistics, unbounded caches (docs/runbook.md steps 1 to 3; `leaklab snapshot diff` names the line)."
@@ -39,13 +43,51 @@ mod tests {
 
     #[test]
     fn each_kind_of_growth_gets_its_sentence() {
-        assert!(diagnose(&[(Kind::TorchAllocated, Verdict::Leak), (Kind::Gpu, Verdict::Leak)], false).starts_with("Tensors are being kept alive"));
-        assert!(diagnose(&[(Kind::Host, Verdict::Leak), (Kind::CpuTensors, Verdict::Leak)], false).starts_with("Tensors are being kept alive"));
-        assert!(diagnose(&[(Kind::TorchAllocated, Verdict::Flat), (Kind::TorchReserved, Verdict::Leak)], false).contains("fragmentation"));
-        assert!(diagnose(&[(Kind::TorchReserved, Verdict::Flat), (Kind::Gpu, Verdict::Leak)], false).contains("outside PyTorch"));
-        assert!(diagnose(&[(Kind::Host, Verdict::Leak), (Kind::Gpu, Verdict::Flat)], false).starts_with("Host memory grows"));
-        assert_eq!(diagnose(&[(Kind::Host, Verdict::Plateau)], false), "No memory series keeps climbing.");
+        assert!(diagnose(
+            &[
+                (Kind::TorchAllocated, Verdict::Leak),
+                (Kind::Gpu, Verdict::Leak)
+            ],
+            false
+        )
+        .starts_with("Tensors are being kept alive"));
+        assert!(diagnose(
+            &[
+                (Kind::Host, Verdict::Leak),
+                (Kind::CpuTensors, Verdict::Leak)
+            ],
+            false
+        )
+        .starts_with("Tensors are being kept alive"));
+        assert!(diagnose(
+            &[
+                (Kind::TorchAllocated, Verdict::Flat),
+                (Kind::TorchReserved, Verdict::Leak)
+            ],
+            false
+        )
+        .contains("fragmentation"));
+        assert!(diagnose(
+            &[
+                (Kind::TorchReserved, Verdict::Flat),
+                (Kind::Gpu, Verdict::Leak)
+            ],
+            false
+        )
+        .contains("outside PyTorch"));
+        assert!(diagnose(
+            &[(Kind::Host, Verdict::Leak), (Kind::Gpu, Verdict::Flat)],
+            false
+        )
+        .starts_with("Host memory grows"));
+        assert_eq!(
+            diagnose(&[(Kind::Host, Verdict::Plateau)], false),
+            "No memory series keeps climbing."
+        );
         assert!(diagnose(&[(Kind::Host, Verdict::Leak)], false).contains("scan again with --agent"));
-        assert!(!diagnose(&[(Kind::Host, Verdict::Leak)], true).contains("--agent"), "with the census in the report, no advice to mount the agent");
+        assert!(
+            !diagnose(&[(Kind::Host, Verdict::Leak)], true).contains("--agent"),
+            "with the census in the report, no advice to mount the agent"
+        );
     }
 }

@@ -13,14 +13,18 @@ use std::sync::OnceLock;
 /// a `cargo test -p leaklab` alone builds it here, once).
 pub fn service_exe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| sibling_exe("leaklab-service", "leaklab-service")).clone()
+    BUILT
+        .get_or_init(|| sibling_exe("leaklab-service", "leaklab-service"))
+        .clone()
 }
 
 /// `leaklab-exercises` (the workshop, with the incident drill's services as shipped), likewise.
 #[allow(dead_code)]
 pub fn exercises_exe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| sibling_exe("leaklab-exercises", "leaklab-exercises")).clone()
+    BUILT
+        .get_or_init(|| sibling_exe("leaklab-exercises", "leaklab-exercises"))
+        .clone()
 }
 
 /// `leaklab-lab` (crates/runner), the lab's commands (run-lab, soak, bench), likewise: a
@@ -28,7 +32,9 @@ pub fn exercises_exe() -> PathBuf {
 #[allow(dead_code)]
 pub fn lab_exe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| sibling_exe("leaklab-runner", "leaklab-lab")).clone()
+    BUILT
+        .get_or_init(|| sibling_exe("leaklab-runner", "leaklab-lab"))
+        .clone()
 }
 
 /// Binary `bin` of `package`, beside `leaklab`; built first (in the profile of these tests)
@@ -36,10 +42,25 @@ pub fn lab_exe() -> PathBuf {
 fn sibling_exe(package: &str, bin: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_leaklab")).with_file_name(bin);
     if !path.exists() {
-        let dir = path.parent().and_then(Path::file_name).and_then(|d| d.to_str()).unwrap_or("debug");
+        let dir = path
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|d| d.to_str())
+            .unwrap_or("debug");
         let profile = if dir == "debug" { "dev" } else { dir };
         let cargo = option_env!("CARGO").unwrap_or("cargo");
-        let status = Command::new(cargo).args(["build", "--profile", profile, "--package", package, "--bin", bin]).status().expect("cargo runs");
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--profile",
+                profile,
+                "--package",
+                package,
+                "--bin",
+                bin,
+            ])
+            .status()
+            .expect("cargo runs");
         assert!(status.success(), "building {bin} failed");
     }
     path
@@ -66,7 +87,10 @@ pub fn lab() -> Command {
 #[allow(dead_code)]
 pub fn skip_missing(test: &str, dependency: &str) {
     let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "false" | "0"));
-    assert!(!ci, "{test} needs {dependency}, which is missing: under CI a missing dependency fails the test");
+    assert!(
+        !ci,
+        "{test} needs {dependency}, which is missing: under CI a missing dependency fails the test"
+    );
     let line = format!("\n*** SKIPPED {test}: {dependency} is missing; this test PASSES WITHOUT RUNNING (under CI=true it fails) ***\n");
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
@@ -81,9 +105,21 @@ pub struct Service {
 #[allow(dead_code)]
 impl Service {
     pub fn start(mut command: Command) -> Service {
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = lines.find_map(|l| l.ok().and_then(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_string()))).expect("the service prints its address");
+        let base = lines
+            .find_map(|l| {
+                l.ok().and_then(|l| {
+                    l.split("listening on ")
+                        .nth(1)
+                        .map(|u| u.trim().to_string())
+                })
+            })
+            .expect("the service prints its address");
         std::thread::spawn(move || lines.for_each(drop));
         Service { child, base }
     }
@@ -109,7 +145,17 @@ pub fn rust(variant: &str) -> Service {
 #[allow(dead_code)]
 pub fn rust_with(variant: &str, extra: &[&str]) -> Service {
     let mut c = Command::new(service_exe());
-    c.args(["serve", "--variant", variant, "--port", "0", "--threads", "1", "--debug-endpoints"]).args(extra);
+    c.args([
+        "serve",
+        "--variant",
+        variant,
+        "--port",
+        "0",
+        "--threads",
+        "1",
+        "--debug-endpoints",
+    ])
+    .args(extra);
     Service::start(c)
 }
 
@@ -117,8 +163,18 @@ pub fn rust_with(variant: &str, extra: &[&str]) -> Service {
 #[allow(dead_code)]
 pub fn body(dir: &Path) -> PathBuf {
     let path = dir.join("body.json");
-    let rows: Vec<Vec<f32>> = (0..8).map(|r| (0..512).map(|c| ((r * 512 + c) % 97) as f32 / 97.0 - 0.5).collect()).collect();
-    std::fs::write(&path, serde_json::to_vec(&serde_json::json!({ "inputs": rows })).unwrap()).unwrap();
+    let rows: Vec<Vec<f32>> = (0..8)
+        .map(|r| {
+            (0..512)
+                .map(|c| ((r * 512 + c) % 97) as f32 / 97.0 - 0.5)
+                .collect()
+        })
+        .collect();
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&serde_json::json!({ "inputs": rows })).unwrap(),
+    )
+    .unwrap();
     path
 }
 
@@ -134,9 +190,25 @@ pub fn python() -> String {
 pub fn twin(variant: &str, dir: &Path, extra: &[&str]) -> Service {
     let weights = dir.join("w.safetensors");
     if !weights.exists() {
-        assert!(Command::new(service_exe()).args(["export-weights", "--out"]).arg(&weights).status().unwrap().success());
+        assert!(Command::new(service_exe())
+            .args(["export-weights", "--out"])
+            .arg(&weights)
+            .status()
+            .unwrap()
+            .success());
     }
     let mut c = Command::new(python());
-    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/python/twin_service.py")).args(["--variant", variant, "--port", "0", "--threads", "1", "--weights"]).arg(&weights).args(extra);
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/python/twin_service.py"))
+        .args([
+            "--variant",
+            variant,
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--weights",
+        ])
+        .arg(&weights)
+        .args(extra);
     Service::start(c)
 }

@@ -27,11 +27,20 @@ pub fn make(dir: &Path) -> Certs {
     let (_, _, wrong_pem) = ca("some other CA");
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params.subject_alt_names.push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
-    params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
     let issuer = Issuer::new(ca_params, ca_key);
     let cert = params.signed_by(&key, &issuer).unwrap();
-    let certs = Certs { ca: dir.join("ca.pem"), wrong_ca: dir.join("wrong-ca.pem"), cert: dir.join("server.pem"), key: dir.join("server.key") };
+    let certs = Certs {
+        ca: dir.join("ca.pem"),
+        wrong_ca: dir.join("wrong-ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    };
     std::fs::write(&certs.ca, ca_pem).unwrap();
     std::fs::write(&certs.wrong_ca, wrong_pem).unwrap();
     std::fs::write(&certs.cert, cert.pem()).unwrap();
@@ -43,8 +52,32 @@ pub fn make(dir: &Path) -> Certs {
 /// (`openssl req -x509 -newkey rsa:4096 -nodes …`), non-interactive: the subject and the
 /// subjectAltName on the command line. openssl marks it `CA:TRUE`.
 pub fn openssl_guide(dir: &Path) -> (PathBuf, PathBuf) {
-    let args = ["req", "-x509", "-newkey", "rsa:4096", "-nodes", "-keyout", "key.pem", "-out", "cert.pem", "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"];
-    let out = std::process::Command::new("openssl").current_dir(dir).args(args).output().expect("openssl is installed (apt-get install openssl)");
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let args = [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:4096",
+        "-nodes",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "cert.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    ];
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl is installed (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (dir.join("cert.pem"), dir.join("key.pem"))
 }
