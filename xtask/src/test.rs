@@ -3,8 +3,8 @@
 //! 1. What the tests need: the Python packages, Debian's prometheus (promtool) and chromium.
 //!    Under `CI=true` a missing one fails the run; elsewhere it is a SKIPPED row in the table.
 //! 2. The cheap checks, failing fast before any big build: tidy (the xtask's own tests), ruff,
-//!    ruff format --check, mypy --strict, promtool's rule tests, the Kubernetes manifests; with
-//!    `LEAKLAB_STYLE_GATE=1`, `cargo fmt --check` and `cargo clippy -D warnings` too.
+//!    ruff format --check, mypy --strict, promtool's rule tests, the Kubernetes manifests,
+//!    `cargo fmt --check`; with `LEAKLAB_STYLE_GATE=1`, `cargo clippy -D warnings` too.
 //! 3. One dev-profile build of every crate and test (the GPU tests compiled, not run), the
 //!    tests' wheel packed from that build's `leaklab`, the Rust tests under cargo-nextest in one
 //!    pool (`.config/nextest.toml`: the slow ones first, the timing-sensitive ones alone), the
@@ -169,12 +169,12 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
         })?;
     }
     steps.run("kubernetes manifests", || kubernetes(torch, promtool))?;
-    if style_gate() {
-        steps.run("cargo fmt --check", || {
-            let mut fmt = torch.cargo();
-            fmt.args(["fmt", "--all", "--check"]);
-            run(fmt).context("the tree is not formatted: run `cargo fmt --all` (rustfmt.toml)")
-        })?;
+    steps.run("cargo fmt --check", || {
+        let mut fmt = torch.cargo();
+        fmt.args(["fmt", "--all", "--check"]);
+        run(fmt).context("the tree is not formatted: run `cargo fmt --all` (rustfmt.toml)")
+    })?;
+    if clippy_gate() {
         steps.run("cargo clippy -D warnings", || {
             let mut clippy = torch.cargo();
             clippy.args([
@@ -190,16 +190,15 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
             run(clippy).context("clippy has warnings")
         })?;
     } else {
-        for step in ["cargo fmt --check", "cargo clippy -D warnings"] {
-            steps.record(step, Duration::ZERO, Outcome::Off);
-        }
+        steps.record("cargo clippy -D warnings", Duration::ZERO, Outcome::Off);
     }
     Ok(())
 }
 
-/// `LEAKLAB_STYLE_GATE=1` (or `true`, `on`) adds rustfmt and clippy to the cheap checks. Off by
-/// default until the tree has had its one formatting commit.
-fn style_gate() -> bool {
+/// `LEAKLAB_STYLE_GATE=1` (or `true`, `on`) adds clippy to the cheap checks. Off by default:
+/// clippy re-checks every dependency (12 min on two loaded cores, 2026-12-05), which the CI's
+/// ten-minute goal cannot hold, and the tree still has warnings to fix first.
+fn clippy_gate() -> bool {
     std::env::var("LEAKLAB_STYLE_GATE")
         .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "on" | "yes"))
 }
