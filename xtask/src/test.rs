@@ -404,13 +404,19 @@ fn python_tests(torch: &Torch, wheel: &Path) -> Result<()> {
         .arg(wheel);
     run(install).context("the wheel does not install into the torch venv")?;
     let mut pytest = python()?;
-    // The zoo's in-process checks (lab/zoo/test_zoo_plugin.py: the plugin on the Python-level
-    // causes) run with the package's suite, over the installed wheel.
     pytest
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .arg(package.join("tests"))
+        .arg(package.join("tests"));
+    let suite = run(pytest).context("the Python package's tests failed");
+    // The zoo's in-process checks (lab/zoo/test_zoo_plugin.py: the plugin on the Python-level
+    // causes), over the same installed wheel, in a process of their own: collected beside the
+    // package's suite, torch._inductor's test operators were registered twice and every case
+    // failed at import.
+    let mut zoo = python()?;
+    zoo.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(workspace_root().join("lab/zoo/test_zoo_plugin.py"));
-    run(pytest).context("the Python package's tests (or the zoo's plugin checks) failed")
+    let zoo = run(zoo).context("the zoo's plugin checks (lab/zoo/test_zoo_plugin.py) failed");
+    suite.and(zoo)
 }
 
 /// docs/kubernetes: the core objects under `kubernetes-validate --strict`, and the

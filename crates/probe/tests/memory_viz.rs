@@ -69,14 +69,17 @@ fn snapshot_opens_with_pytorchs_own_memory_viz_tools() {
     cpu::install().unwrap();
     cpu::record_history(100_000);
     let ctx = MemoryContext::named("snapshot-test");
-    let (kept, freed) = {
+    // The kept tensor's line, read beside it (a formatter may move it, never apart from this).
+    let (kept, kept_line, freed) = {
         let _in_ctx = ctx.enter();
+        let kept = Tensor::zeros([16, 16], (Kind::Float, Device::Cpu));
+        let kept_line = line!() - 1;
         (
-            Tensor::zeros([16, 16], (Kind::Float, Device::Cpu)),
+            kept,
+            kept_line,
             Tensor::zeros([8], (Kind::Float, Device::Cpu)),
         )
     };
-    let kept_line = line!() - 2;
     drop(freed);
     let snap = snapshot::cpu_snapshot();
     cpu::record_history(0);
