@@ -20,7 +20,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 Variant = Literal["leaky", "fixed"]
 VARIANTS: tuple[Variant, ...] = ("leaky", "fixed")
@@ -49,6 +49,11 @@ Axis = Literal[
 Owner = Literal["python", "native", "other-process", "none"]
 
 Verdict = Literal["fail", "pass"]
+
+# Where the cause lives: on any machine, or only where there is a CUDA device. A "cuda" entry's
+# ``make_app`` says "CUDA not available" elsewhere (``require_cuda``), and its test is a
+# device-only one (``#[ignore = "needs a GPU"]`` in crates/runner/tests/zoo.rs).
+Device = Literal["cpu", "cuda"]
 
 # How the scan's request bodies are made: one body sent again and again ("same"), numbers
 # nudged per request (the scan's --vary: new by value, same shape), or a folder of bodies of
@@ -100,6 +105,7 @@ class Entry:
     known_miss: str = ""
     # The body of one request (inputs "same"/"vary"); with "shapes", the body of request i.
     body: Callable[[int], dict[str, Any]] | None = None
+    device: Device = "cpu"
 
     def expect(self, variant: Variant) -> Expect:
         return self.leaky if variant == "leaky" else self.fixed
@@ -109,6 +115,52 @@ class Entry:
         doc = asdict(self)
         doc.pop("body")
         return doc
+
+
+def require_cuda(name: str) -> None:
+    """Raise, in words, where there is no CUDA device: a CUDA-only cause cannot run there."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"CUDA not available: {name} reproduces a CUDA-only cause; "
+            "run it where a GPU is (its test is device-only)"
+        )
+
+
+def rows_body(i: int, rows: int) -> dict[str, Any]:
+    """Request i's body for an entry whose requests differ in size: ``rows`` and a seed."""
+    return {"rows": rows, "seed": i}
+
+
+def _is_int(v: object) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def rows_of(body: Any, most: int) -> tuple[int, int]:
+    """The body's ``rows`` (1 to ``most``) and ``seed``; ValueError, said plainly, otherwise."""
+    if isinstance(body, dict):
+        rows, seed = body.get("rows"), body.get("seed", 0)
+        if _is_int(rows) and _is_int(seed) and 1 <= rows <= most:
+            return rows, seed
+    raise ValueError(
+        f'the body must be {{"rows": <1..{most}>, "seed": <an integer>}}, got {body!r}'
+    )
+
+
+def batch_body(
+    rows: int, features: int, period: int, offset: float = 0.0
+) -> dict[str, Any]:
+    """One batch as a request body, ``{"inputs": [[...features...] * rows]}``: value ``c`` of
+    row ``r`` is ``((r * features + c) % period) / period + offset``. The same body for every
+    request, for the entries whose leak needs no new input (a different ``period`` per entry
+    keeps their bodies apart)."""
+    return {
+        "inputs": [
+            [((r * features + c) % period) / period + offset for c in range(features)]
+            for r in range(rows)
+        ]
+    }
 
 
 def serve(app: Any, label: str, port: int = 0) -> None:
@@ -127,7 +179,9 @@ def serve(app: Any, label: str, port: int = 0) -> None:
         sys.path.insert(0, os.path.join(here, "..", "..", "crates", "cli", "python"))
         from leaklab.asgi import LeaklabDebug
 
-    app.add_middleware(LeaklabDebug)
+    # allow_trim: the zoo's scans ask the trim probe (--trim) whether a growth that held is the
+    # allocator's to give back (the diagnosis's given-back axis); it runs after all they measure.
+    app.add_middleware(LeaklabDebug, allow_trim=True)
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it each answer waits ~40 ms on Nagle and the client's delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -78,7 +78,8 @@ ENTRY = Entry(
     below_python=False,
     must_pass=False,
     known_miss="copy-on-write turns shared pages private in the worker (+30.6 MB private dirty) "
-    "while the tree's summed Rss and Anonymous stay flat: per-process private memory is issue 38's",
+    "while the tree's summed Rss and Anonymous stay flat, so the verdict passes; the diagnosis "
+    "names it: the worker's private dirty memory +67 kB a request, axis and owner other-process",
     # The scan sums RSS / anonymous memory over the tree, which copy-on-write leaves unchanged:
     # predicted a miss (see PREDICTION).
     leaky=Expect(verdict="pass", axis="other-process", owner="other-process"),

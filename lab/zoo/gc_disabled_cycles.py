@@ -47,18 +47,9 @@ it collects garbage after every call (lab/zoo/test_zoo_plugin.py).
 from collections.abc import Callable
 from typing import Any
 
-from _zoo import Entry, Expect, Variant
+from _zoo import Entry, Expect, Variant, batch_body
 
 ROWS, FEATURES, HIDDEN, OUTPUTS = 8, 64, 512, 16
-
-
-def body(i: int) -> dict[str, Any]:
-    return {
-        "inputs": [
-            [((r * FEATURES + c) % 19) / 19.0 for c in range(FEATURES)]
-            for r in range(ROWS)
-        ]
-    }
 
 
 ENTRY = Entry(
@@ -82,7 +73,7 @@ ENTRY = Entry(
     inputs="same",
     requests=400,
     warmup=50,
-    body=body,
+    body=lambda i: batch_body(ROWS, FEATURES, 19),
 )
 
 

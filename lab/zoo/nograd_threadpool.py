@@ -40,18 +40,9 @@ lab/zoo/test_zoo_plugin.py).
 # No `from __future__ import annotations`: FastAPI must see the request model class itself.
 from typing import Any
 
-from _zoo import Entry, Expect, Variant
+from _zoo import Entry, Expect, Variant, batch_body
 
 ROWS, FEATURES, HIDDEN, OUTPUTS = 8, 64, 512, 16
-
-
-def body(i: int) -> dict[str, Any]:
-    return {
-        "inputs": [
-            [((r * FEATURES + c) % 11) / 11.0 for c in range(FEATURES)]
-            for r in range(ROWS)
-        ]
-    }
 
 
 ENTRY = Entry(
@@ -72,7 +63,7 @@ ENTRY = Entry(
     inputs="same",
     requests=400,
     warmup=50,
-    body=body,
+    body=lambda i: batch_body(ROWS, FEATURES, 11),
 )
 
 

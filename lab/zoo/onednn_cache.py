@@ -96,7 +96,8 @@ ENTRY = Entry(
     # Predicted "fail"; the scan reads the fill as a plateau (see MEASURED above), and a
     # plateau passes under any budget: this is the verdict it can check today.
     known_miss="a bounded per-shape cache is read as a plateau, which passes under any budget "
-    "(+109-120 MB over 580 new shapes): the per-new-input axis is issue 38's",
+    "(+107-120 MB over 580 new shapes); the diagnosis names it: per new input, bounded "
+    "(+200-215 kB a new shape, +0 a repeat), owner native",
     leaky=Expect(verdict="pass", axis="per-new-input", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     # A small pod: 1 GiB, one request a second, fail if memory runs out within a day.

@@ -44,6 +44,15 @@ enum Command {
     /// capacity known has no budget.
     #[command(after_help = SCAN_EXAMPLES)]
     Scan(Box<ScanArgs>),
+    /// A watch of a service in production: sends no request, judges bytes per request.
+    ///
+    /// Every --interval it reads the service's own request count (leaklab's agent, or its
+    /// Prometheus counter) and its memory (--pid, --cgroup, --gpu, or the agent's figures), for
+    /// --duration; judges each run between restarts per request with the scan's detector, and
+    /// apart per hour the memory that moves while no request arrives. Ctrl-C, SIGTERM or the
+    /// end keeps the report. Exit 0 pass, 1 fail, 2 no verdict yet. The budget as the scan's.
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch(Box<WatchArgs>),
     /// Which lines hold the memory, from a memory snapshot pickle (PyTorch's or leaklab's).
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
@@ -58,6 +67,104 @@ const SCAN_EXAMPLES: &str = "Examples:
   leaklab scan http://127.0.0.1:8000/predict --body request.json --pid 4242 --capacity 2GiB --rate 10 --fail-if-oom-within 7d
   leaklab scan https://infer.internal/v1/infer --body req.json --ca-cert ca.pem --bearer-token-file token --metrics https://infer.internal/metrics --series process_resident_memory_bytes
   leaklab scan --prometheus https://prometheus:9090 --basic-auth ops:/run/secrets/prom --query DCGM_FI_DEV_FB_USED --unit MiB --capacity-query 'DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE'";
+
+const WATCH_EXAMPLES: &str = "Examples:
+  leaklab watch --agent http://127.0.0.1:8000/debug/leaklab --pid 4242 --interval 5s --duration 2h
+  leaklab watch --agent http://127.0.0.1:8000/debug/leaklab --cgroup /sys/fs/cgroup --until-confident --rate 10 --duration 1d
+  leaklab watch --metrics http://127.0.0.1:8000/metrics --requests-series http_requests_total --pid 4242";
+
+/// `leaklab watch`'s flags (docs/watch.md).
+#[derive(Args)]
+struct WatchArgs {
+    /// The base of leaklab's agent in the service, e.g. http://127.0.0.1:8000/debug/leaklab:
+    /// its request count (summed over workers that share a folder) and, without --pid or
+    /// --cgroup, its memory figures.
+    #[arg(long, value_name = "BASE", help_heading = "The request count")]
+    agent: Option<String>,
+    /// Without the agent: the service's Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics...
+    #[arg(long, value_name = "URL", help_heading = "The request count")]
+    metrics: Option<String>,
+    /// ...and its counter of requests there, e.g. http_requests_total (summed over its labels).
+    #[arg(long, value_name = "NAME", help_heading = "The request count")]
+    requests_series: Option<String>,
+    /// Watch this process and its children (RSS, anonymous memory); with --agent, a restarted
+    /// service's new process is followed.
+    #[arg(long, help_heading = "What to watch")]
+    pid: Option<u32>,
+    /// Watch this cgroup folder (v1 or v2 memory controller).
+    #[arg(long, help_heading = "What to watch")]
+    cgroup: Option<PathBuf>,
+    /// Watch the GPU memory of --pid through NVML.
+    #[arg(long, help_heading = "What to watch")]
+    gpu: bool,
+    /// Memory gauges to read from --metrics (repeat), e.g. process_resident_memory_bytes.
+    #[arg(long = "series", help_heading = "What to watch")]
+    series: Vec<String>,
+    /// Time between two looks, e.g. 5s.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, help_heading = "How long")]
+    interval: std::time::Duration,
+    /// How long to watch at the most, e.g. 2h or 3d; Ctrl-C or SIGTERM ends it sooner with the report.
+    #[arg(long, default_value = "2h", value_parser = humantime::parse_duration, help_heading = "How long")]
+    duration: std::time::Duration,
+    /// Requests at the start of each run (after a restart) not judged: caches warming.
+    #[arg(long, default_value_t = 50, help_heading = "How long")]
+    warmup: u64,
+    /// Stop as soon as every verdict is one more looks cannot change (after --min-requests).
+    #[arg(long, help_heading = "How long")]
+    until_confident: bool,
+    /// With --until-confident: requests a run must see after its warm-up first.
+    #[arg(long, default_value_t = 600, help_heading = "How long")]
+    min_requests: u64,
+    /// A request's longest wait (the agent's stats, the metrics, the census at the end), e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, help_heading = "How long")]
+    timeout: std::time::Duration,
+    #[command(flatten, next_help_heading = "Connection: TLS, credentials, headers")]
+    http: HttpArgs,
+    /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the machine's memory).
+    #[arg(long, help_heading = "Budget")]
+    capacity: Option<bytesize::ByteSize>,
+    /// Requests per second in production, e.g. 10: the budget's rate (without it, no budget).
+    #[arg(long, value_parser = positive_rate, conflicts_with = "budget", help_heading = "Budget")]
+    rate: Option<f64>,
+    /// A named budget instead of --rate: `seed`.
+    #[arg(long, value_name = "NAME", help_heading = "Budget")]
+    budget: Option<leaklab_scan::verdict::Named>,
+    /// Fail when memory runs out sooner than this at the budget's rate, e.g. 3d (default 7d).
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Budget")]
+    fail_if_oom_within: Option<std::time::Duration>,
+    /// Report folder (report.html, report.md, report.json, plots).
+    #[arg(long, default_value = "target/leaklab/watch", help_heading = "Report")]
+    out: PathBuf,
+    /// Print the report as JSON and nothing else (no live line).
+    #[arg(long, help_heading = "Report")]
+    json: bool,
+}
+
+/// `leaklab watch`: the flags handed to leaklab-watch.
+fn watch(a: WatchArgs) -> ExitCode {
+    let output = Output::folder(&a.out, a.json);
+    let watch = leaklab_watch::WatchCommand {
+        agent: a.agent,
+        metrics: a.metrics,
+        requests_series: a.requests_series,
+        series: a.series,
+        pid: a.pid,
+        cgroup: a.cgroup,
+        gpu: a.gpu,
+        interval: a.interval,
+        duration: a.duration,
+        warmup: a.warmup,
+        until_confident: a.until_confident,
+        min_requests: a.min_requests,
+        capacity: a.capacity.map(|c| c.as_u64()),
+        rate: a.rate,
+        budget: a.budget,
+        fail_if_oom_within: a.fail_if_oom_within,
+        http: a.http.options(a.timeout),
+        quiet: a.json,
+    };
+    finish("watch", leaklab_watch::run(watch), &output)
+}
 
 #[derive(Subcommand)]
 enum SnapshotCommand {
@@ -207,6 +314,14 @@ struct ScanArgs {
     /// names the objects that keep the memory (and, on CUDA, its snapshot the lines).
     #[arg(long, value_name = "BASE", help_heading = "What to watch")]
     agent: Option<String>,
+    /// With --agent: ask its trim probe (opt-in, `allow_trim=True`) what gc.collect() frees and
+    /// what malloc_trim(0) then returns, after the looks inside.
+    #[arg(long, requires = "agent", help_heading = "What to watch")]
+    trim: bool,
+    /// With --agent: its native allocation trace (opt-in, `native_max_seconds`, memray) over a
+    /// window of requests after the looks inside: where the native memory was allocated.
+    #[arg(long, requires = "agent", help_heading = "What to watch")]
+    native: bool,
     /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
     /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long, help_heading = "Budget")]
@@ -402,6 +517,8 @@ fn scan(a: ScanArgs) -> ExitCode {
         budget: a.budget,
         fail_if_oom_within: a.fail_if_oom_within,
         quiet: a.json,
+        trim: a.trim,
+        native: a.native,
     };
     finish("scan", leaklab_scan::run(scan), &output)
 }
@@ -495,6 +612,7 @@ struct JudgeArgs {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Scan(a) => scan(*a),
+        Command::Watch(a) => watch(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
         Command::Judge(a) => finish(
             "judge",

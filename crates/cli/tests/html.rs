@@ -481,6 +481,7 @@ mod hostile {
             notes: vec![format!(
                 "stopped reading metrics at {HOSTILE} after request 12"
             )],
+            explained: Default::default(),
         }
     }
 

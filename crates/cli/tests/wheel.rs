@@ -73,7 +73,7 @@ fn the_wheel_installs_into_an_empty_venv_and_its_binary_scans_the_twin() {
     let bin = venv.join("bin");
 
     let version = format!("leaklab {}", env!("CARGO_PKG_VERSION"));
-    let (ok, said) = output(&mut Command::new(bin.join("leaklab")).arg("--version"));
+    let (ok, said) = output(Command::new(bin.join("leaklab")).arg("--version"));
     assert!(ok && said.trim() == version, "{said}");
     let (ok, said) = output(Command::new(bin.join("python")).args(["-m", "leaklab", "--version"]));
     assert!(ok && said.trim() == version, "python -m leaklab: {said}");

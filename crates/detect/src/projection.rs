@@ -43,7 +43,8 @@ impl Scenario {
 
     /// `None` when the slope is not positive: no growth, no OOM.
     pub fn project(&self, bytes_per_request: f64) -> Option<Projection> {
-        if !(bytes_per_request > 0.0) {
+        // NaN is not positive either.
+        if bytes_per_request.is_nan() || bytes_per_request <= 0.0 {
             return None;
         }
         let headroom_bytes = (self.capacity_bytes - self.start_bytes).max(0.0);

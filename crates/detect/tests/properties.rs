@@ -19,7 +19,7 @@ fn series(n: u64, f: impl Fn(u64) -> f64) -> Vec<Sample> {
 proptest! {
     // A fixed seed: CI explores the same 200 cases every run, so a verdict test can never flake;
     // change the seed locally to explore further (1,800 random cases per property passed too).
-    #![proptest_config(ProptestConfig { cases: 200, rng_seed: proptest::test_runner::RngSeed::Fixed(0x1ea4_1ab), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, rng_seed: proptest::test_runner::RngSeed::Fixed(0x01ea_41ab), ..ProptestConfig::default() })]
 
     /// A line of slope s with noise below s·n/32 is a leak, and s lies inside the bound.
     #[test]

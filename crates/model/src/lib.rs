@@ -1,5 +1,6 @@
 //! The lab's model: an MLP built with `tch::nn` from a fixed seed, so every run (and the Python
-//! twin, through the exported weights) computes the same function without downloading anything.
+//! twin, through the exported weights) computes the same function without downloading anything;
+//! and [`ConvFrontEnd`], the small conv net the conv cause runs in front of it.
 //!
 //! It knows nothing about HTTP, probes or leaks: the service's variants wrap it, they don't fork it.
 
@@ -78,6 +79,73 @@ impl Mlp {
     /// Writes the weights as safetensors, for the Python twin.
     pub fn save_safetensors(&self, path: &std::path::Path) -> Result<(), tch::TchError> {
         self.vs.save(path)
+    }
+}
+
+/// A conv front-end over a request seen as one image, `1 × 1 × rows × features` (a spectrogram:
+/// a row a frame): six 3×3 convs, 1→4→8→12→16→8→1 channels (each a primitive of its own: two convs of one shape would share one), padding 1, ReLU between. Its weights are
+/// plain tensors drawn from the model seed (no autograd); its convs have no bias, so rows of
+/// zeros stay zero, which [`ConvFrontEnd::forward_padded`] relies on.
+#[derive(Debug)]
+pub struct ConvFrontEnd {
+    weights: Vec<Tensor>,
+}
+
+impl ConvFrontEnd {
+    const CHANNELS: [i64; 7] = [1, 4, 8, 12, 16, 8, 1];
+
+    /// Builds the weights on the CPU from `seed`, then moves them to `device`.
+    pub fn new(seed: i64, device: Device) -> ConvFrontEnd {
+        let weights = Self::CHANNELS
+            .windows(2)
+            .enumerate()
+            .map(|(i, c)| {
+                let bound = 1.0 / ((c[0] * 9) as f64).sqrt();
+                let mut rng = SeededRng::named(seed as u64, &format!("conv{i}.weight"));
+                let values: Vec<f32> = (0..c[1] * c[0] * 9)
+                    .map(|_| (rng.symmetric() * bound) as f32)
+                    .collect();
+                Tensor::from_slice(&values)
+                    .view([c[1], c[0], 3, 3])
+                    .to_device(device)
+            })
+            .collect();
+        ConvFrontEnd { weights }
+    }
+
+    /// `x` (`rows × features`) through the convs, as one image of exactly its size.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let (rows, features) = (x.size()[0], x.size()[1]);
+        let mut y = x.view([1, 1, rows, features]);
+        for (i, w) in self.weights.iter().enumerate() {
+            y = y.conv2d::<Tensor>(w, None, [1, 1], [1, 1], [1, 1], 1);
+            if i + 1 < self.weights.len() {
+                y = y.relu();
+            }
+        }
+        y.view([rows, features])
+    }
+
+    /// The same function on `x` padded with rows of zeros up to `rows_to`, so that the convs see
+    /// an image of `rows_to` rows: its first `x.size()[0]` rows are [`ConvFrontEnd::forward`]'s
+    /// answer, the rest zeros. After each conv the padding rows are zeroed again, so what they
+    /// picked up from the last real row never reaches a real one.
+    pub fn forward_padded(&self, x: &Tensor, rows_to: i64) -> Tensor {
+        let (rows, features) = (x.size()[0], x.size()[1]);
+        let pad = (rows_to - rows).max(0);
+        let mask =
+            Tensor::ones([1, 1, rows, 1], (x.kind(), x.device())).constant_pad_nd([0, 0, 0, pad]);
+        let mut y = x
+            .constant_pad_nd([0, 0, 0, pad])
+            .view([1, 1, rows + pad, features]);
+        for (i, w) in self.weights.iter().enumerate() {
+            y = y.conv2d::<Tensor>(w, None, [1, 1], [1, 1], [1, 1], 1);
+            if i + 1 < self.weights.len() {
+                y = y.relu();
+            }
+            y *= &mask;
+        }
+        y.view([rows + pad, features])
     }
 }
 
@@ -160,6 +228,28 @@ mod tests {
         assert!(!tch::no_grad(|| other.forward(&x)).equal(&ya));
         let w = a.vs.variables()["l0.weight"].abs().max().double_value(&[]);
         assert!(w > 0.2 && w <= 0.25, "weights within 1/sqrt(16): {w}");
+    }
+
+    #[test]
+    fn the_padded_conv_answers_as_the_unpadded_one() {
+        let conv = ConvFrontEnd::new(42, Device::Cpu);
+        let x = Tensor::randn([5, 16], (Kind::Float, Device::Cpu));
+        let (plain, padded, unmasked) = tch::no_grad(|| {
+            (
+                conv.forward(&x),
+                conv.forward_padded(&x, 32),
+                conv.forward(&x.constant_pad_nd([0, 0, 0, 27]))
+                    .narrow(0, 0, 5),
+            )
+        });
+        assert_eq!(padded.size(), [32, 16]);
+        assert_eq!(padded.narrow(0, 5, 27).abs().max().double_value(&[]), 0.0);
+        let padded = padded.narrow(0, 0, 5);
+        let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
+        assert!(gap(&plain, &padded) < 1e-5, "{}", gap(&plain, &padded));
+        // Padding alone is not the same function: the last real row reads what the padding
+        // rows picked up from it.
+        assert!(gap(&plain, &unmasked) > 1e-4, "{}", gap(&plain, &unmasked));
     }
 
     #[test]

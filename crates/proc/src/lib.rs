@@ -28,7 +28,7 @@ fn page_size() -> u64 {
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(1) as u64
 }
 
-/// A process's memory as `/proc/PID/smaps_rollup` sums it, in bytes.
+/// A process's resident memory, in bytes (`smaps_rollup`'s or `status`'s two sums).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rollup {
     /// `Rss:` — every resident page, mapped files (libraries) included.
@@ -68,6 +68,78 @@ pub fn smaps_rollup(pid: u32) -> io::Result<Rollup> {
     Ok(parse_smaps_rollup(&std::fs::read_to_string(format!(
         "/proc/{pid}/smaps_rollup"
     ))?))
+}
+
+/// `VmRSS:` and `RssAnon:` of one `/proc/PID/status` text (the kernel writes kB).
+/// None where the text has no memory lines: a process that exited and awaits its parent (a
+/// zombie) still has a `status`, but no memory left to read.
+pub fn parse_status(text: &str) -> Option<Rollup> {
+    Some(Rollup {
+        rss: status_field(text, "VmRSS:")?,
+        anonymous: status_field(text, "RssAnon:")?,
+    })
+}
+
+fn status_field(text: &str, name: &str) -> Option<u64> {
+    let value = text.lines().find_map(|l| l.strip_prefix(name))?;
+    let first = value.split_whitespace().next()?;
+    // `Threads:` is a count; the memory fields are in kB.
+    let n: u64 = first.parse().ok()?;
+    Some(if value.trim_end().ends_with("kB") {
+        n * 1024
+    } else {
+        n
+    })
+}
+
+/// The threads of process `pid` now (`Threads:` of `/proc/PID/status`).
+pub fn threads(pid: u32) -> io::Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status_field(&text, "Threads:").ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/status has no Threads:"),
+        )
+    })
+}
+
+/// Process `pid`'s resident memory, read the cheapest exact way the kernel offers: its
+/// `status` counters where the kernel sums them exactly (Linux 6.16 and later, "mm: fix the
+/// inaccurate memory statistics issue for users"), else `smaps_rollup`. Both count the same
+/// pages (equal to the kB on 6.18 here), but `smaps_rollup` walks every mapping under the
+/// process's mmap lock: 13.7 ms a read for a 520 MB torch service against 0.02 ms for `status`
+/// (2026-12-05, 2 cores), a cost the scan paid after every answer and the service with it.
+/// Older kernels' counters lag by per-CPU (or per-thread) batches of pages, noise a leak
+/// judged in kilobytes cannot afford, so there the walk stays.
+pub fn resident(pid: u32) -> io::Result<Rollup> {
+    if !status_is_exact() {
+        return smaps_rollup(pid);
+    }
+    parse_status(&std::fs::read_to_string(format!("/proc/{pid}/status"))?).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("process {pid} has exited (its status has no memory lines)"),
+        )
+    })
+}
+
+/// Whether this kernel's `/proc/PID/status` memory counters are exact sums (Linux >= 6.16).
+pub fn status_is_exact() -> bool {
+    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXACT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .and_then(|r| kernel_at_least(&r, (6, 16)))
+            .unwrap_or(false)
+    })
+}
+
+/// Whether a kernel release such as `6.18.44-fc-v1272` is at least `major.minor`.
+fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> Option<bool> {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let got_major: u32 = parts.next()?.parse().ok()?;
+    let got_minor: u32 = parts.next()?.parse().ok()?;
+    Some((got_major, got_minor) >= (major, minor))
 }
 
 /// `pid` and every descendant, from each thread's `children` list; `pid` first.
@@ -239,6 +311,46 @@ mod tests {
     }
 
     #[test]
+    fn status_fields_are_read_in_bytes_and_kernels_by_release() {
+        let text = "Name:\tpython\nVmRSS:\t  519592 kB\nRssAnon:\t  293380 kB\nThreads:\t12\n";
+        assert_eq!(
+            parse_status(text),
+            Some(Rollup {
+                rss: 519_592 * 1024,
+                anonymous: 293_380 * 1024
+            })
+        );
+        // A zombie's status: no memory lines, so no reading (not zero bytes).
+        assert_eq!(
+            parse_status("Name:\tpython\nState:\tZ (zombie)\nThreads:\t1\n"),
+            None
+        );
+        assert_eq!(status_field(text, "Threads:"), Some(12));
+        assert_eq!(kernel_at_least("6.18.44-fc-v1272", (6, 16)), Some(true));
+        assert_eq!(kernel_at_least("6.16.0", (6, 16)), Some(true));
+        assert_eq!(kernel_at_least("6.15.9-arch1", (6, 16)), Some(false));
+        assert_eq!(kernel_at_least("5.15.0-91-generic", (6, 16)), Some(false));
+        assert_eq!(kernel_at_least("garbage", (6, 16)), None);
+    }
+
+    #[test]
+    fn status_and_smaps_rollup_agree_where_status_is_exact() {
+        if !status_is_exact() {
+            return; // an older kernel: resident() walks smaps_rollup itself
+        }
+        // A quiet heap: 64 MB touched and kept, so both reads see the same resident pages.
+        let kept = vec![1u8; 64 << 20];
+        let me = std::process::id();
+        let (a, b) = (resident(me).unwrap(), smaps_rollup(me).unwrap());
+        // Read a moment apart: equal to the kB here (6.18) run alone; 1 MiB leaves room for a
+        // test beside this one in the same process, and still tells the field read (RssFile
+        // or VmSize would miss by tens of MB).
+        assert!(a.anonymous.abs_diff(b.anonymous) <= 1 << 20, "{a:?} {b:?}");
+        assert!(a.rss.abs_diff(b.rss) <= 1 << 20, "{a:?} {b:?}");
+        assert!(a.anonymous >= kept.len() as u64);
+    }
+
+    #[test]
     fn this_process_reads_as_itself() {
         let me = std::process::id();
         assert_eq!(process_tree(me)[0], me);
@@ -255,6 +367,8 @@ mod tests {
             rollup.rss
         );
         assert!(smaps_rollup(u32::MAX - 1).is_err());
+        assert!(resident(u32::MAX - 1).is_err());
+        assert!(threads(me).unwrap() >= 1);
         assert!(mem_total().unwrap() >= rss);
         assert!(host_capacity().unwrap() <= mem_total().unwrap());
     }

@@ -45,7 +45,9 @@ pub enum LabSubcommand {
 /// Runs one command of the lab to its exit code.
 pub fn dispatch(command: LabSubcommand) -> ExitCode {
     match command {
-        LabSubcommand::RunLab(cmd) if cmd.zoo.zoo => {
+        LabSubcommand::RunLab(mut cmd) if cmd.zoo.zoo => {
+            let exe = std::env::current_exe().ok();
+            cmd.zoo.zoo_dir = zoo_dir(cmd.zoo.zoo_dir, exe.as_deref());
             crate::zoo::finish(cmd.zoo, &cmd.out, cmd.json)
         }
         LabSubcommand::RunLab(cmd) => {
@@ -147,6 +149,20 @@ pub struct LabCommand {
     pub service: Option<PathBuf>,
     #[command(flatten)]
     pub zoo: crate::zoo::ZooArgs,
+}
+
+/// `--zoo-dir` as given, unless it is relative and holds no serve.py (`cargo xtask run-lab
+/// --zoo` run from elsewhere than the repository's root, with the default `lab/zoo`): then the
+/// same path under the repository that built the running binary (`target/<profile>/` is two
+/// folders below it), where serve.py is.
+fn zoo_dir(given: PathBuf, exe: Option<&Path>) -> PathBuf {
+    if given.is_absolute() || given.join("serve.py").is_file() {
+        return given;
+    }
+    exe.and_then(|exe| exe.ancestors().nth(3))
+        .map(|root| root.join(&given))
+        .filter(|dir| dir.join("serve.py").is_file())
+        .unwrap_or(given)
 }
 
 /// Runs the lab: every variant judged, with what each brought back for the charts and pickles.
@@ -353,4 +369,32 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_zoo_is_found_above_the_binary_when_it_is_not_under_the_cwd() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("lab/zoo")).unwrap();
+        std::fs::write(root.path().join("lab/zoo/serve.py"), "").unwrap();
+        let exe = root.path().join("target/release/leaklab-lab");
+        // The tests run in crates/runner, which has no lab/zoo.
+        assert_eq!(
+            zoo_dir("lab/zoo".into(), Some(&exe)),
+            root.path().join("lab/zoo")
+        );
+        // No zoo above the binary either: as given, for the driver to say where it looked.
+        let elsewhere = root.path().join("other/target/release/leaklab-lab");
+        assert_eq!(
+            zoo_dir("lab/zoo".into(), Some(&elsewhere)),
+            PathBuf::from("lab/zoo")
+        );
+        assert_eq!(
+            zoo_dir("/srv/zoo".into(), Some(&exe)),
+            PathBuf::from("/srv/zoo")
+        );
+    }
 }

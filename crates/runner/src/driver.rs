@@ -95,7 +95,7 @@ impl ServiceProcess {
                     "--memory-history",
                     &options.memory_history_entries.to_string(),
                 ])
-                .args(["--max-batch", &options.scale.batch().to_string()]);
+                .args(["--max-batch", &variant.max_rows(options.scale).to_string()]);
                 if let Some(n) = options.threads {
                     c.args(["--threads", &n.to_string()]);
                 }
@@ -240,7 +240,7 @@ pub async fn run_variant(
     };
     let client = reqwest::Client::new();
     let load_started = Instant::now();
-    let driven = drive(options, &client, &service.base, progress).await;
+    let driven = drive(options, variant, &client, &service.base, progress).await;
     run.load_seconds = load_started.elapsed().as_secs_f64();
     match driven {
         Ok((errors, latencies)) => {
@@ -282,11 +282,12 @@ pub async fn run_variant(
     run
 }
 
-/// Sends `warmup + requests` distinct requests, `concurrency` at a time. Answers other than 200
-/// are counted; a transport error (the service is gone) ends the run. Returns the error count
-/// and each request's latency as the client saw it.
+/// Sends `warmup + requests` distinct requests, `concurrency` at a time, each of the rows
+/// `variant` asks for. Answers other than 200 are counted; a transport error (the service is
+/// gone) ends the run. Returns the error count and each request's latency as the client saw it.
 async fn drive(
     options: &RunOptions,
+    variant: Variant,
     client: &reqwest::Client,
     base: &str,
     progress: &ProgressBar,
@@ -294,10 +295,7 @@ async fn drive(
     let url = format!("{base}/v1/infer");
     let permits = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    let (rows, features) = (
-        options.scale.batch() as usize,
-        options.scale.config().input as usize,
-    );
+    let (scale, features) = (options.scale, options.scale.config().input as usize);
     let mut errors = 0;
     let mut latencies = Vec::with_capacity(options.total_requests());
     for index in 0..options.total_requests() as u64 {
@@ -307,6 +305,7 @@ async fn drive(
             .await
             .expect("semaphore open");
         let (client, url) = (client.clone(), url.clone());
+        let rows = variant.rows(scale, index);
         tasks.spawn(async move {
             let body = serde_json::to_vec(&synthetic_request(index, rows, features))
                 .expect("serialisable");

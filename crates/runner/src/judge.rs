@@ -3,7 +3,7 @@
 //! reported beside it.
 
 use crate::driver::{RunOptions, VariantRun};
-use crate::expect::expected;
+use crate::expect::{describe, expected, expected_rss};
 use leaklab_detect::{
     attribute, judge, DetectorConfig, Judgement, Projection, Sample, Scenario, Verdict,
 };
@@ -43,6 +43,9 @@ pub struct VariantResult {
     pub cause: Option<Cause>,
     pub device: Device,
     pub expected: Vec<Verdict>,
+    /// What RSS must say beside it, for a cause below c10's allocator (the conv cause on CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_rss: Option<Vec<Verdict>>,
     #[serde(flatten)]
     pub outcome: Outcome,
     /// Stages whose memory does not come back, steepest first.
@@ -87,6 +90,22 @@ impl VariantResult {
     pub fn verdict_label(&self) -> String {
         self.primary()
             .map_or("FAILED".into(), |p| p.judgement.verdict.to_string())
+    }
+
+    /// What was expected, in words: the deciding probe's verdicts, and RSS's where it must show.
+    pub fn expectation(&self) -> String {
+        match &self.expected_rss {
+            Some(rss) => format!("{}; rss {}", describe(&self.expected), describe(rss)),
+            None => describe(&self.expected),
+        }
+    }
+
+    /// RSS's verdict, when RSS was judged.
+    pub fn rss(&self) -> Option<Verdict> {
+        self.probes()
+            .into_iter()
+            .find(|o| o.probe == Probe::Rss)
+            .map(|o| o.judgement.verdict)
     }
 
     /// "all three" for baseline and seed, else the cause's name.
@@ -145,6 +164,7 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
         cause: variant.cause(),
         device: options.device,
         expected: expected.clone(),
+        expected_rss: expected_rss(variant, options.device).map(<[Verdict]>::to_vec),
         outcome: Outcome::Failed {
             reason: String::new(),
         },
@@ -186,8 +206,7 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
     result.projection = Scenario::REFERENCE
         .project(primary.slope.bytes_per_request)
         .filter(|_| primary.verdict == Verdict::Leak);
-    result.passed = expected.contains(&primary.verdict) && run.errors == 0;
-    let others = others(options.device)
+    let others: Vec<ProbeVerdict> = others(options.device)
         .iter()
         .filter_map(|&probe| {
             let judgement = series(samples, probe)
@@ -195,6 +214,13 @@ pub fn judge_run(run: &VariantRun, options: &RunOptions) -> VariantResult {
             Some(ProbeVerdict { probe, judgement })
         })
         .collect();
+    // A cause below the allocator must show on RSS too; an RSS without a verdict fails it.
+    let rss_as_expected = result.expected_rss.as_ref().is_none_or(|want| {
+        others
+            .iter()
+            .any(|o| o.probe == Probe::Rss && want.contains(&o.judgement.verdict))
+    });
+    result.passed = expected.contains(&primary.verdict) && rss_as_expected && run.errors == 0;
     result.outcome = Outcome::Judged {
         primary: ProbeVerdict {
             probe: primary_probe,
@@ -344,6 +370,38 @@ mod tests {
             )
             .passed
         );
+    }
+
+    #[test]
+    fn the_conv_cause_is_judged_on_rss_beside_an_exact_probe_that_must_stay_flat() {
+        // Exact live bytes flat after the warm-up; RSS growing by `rss` bytes a request.
+        let run_of = |variant, exact: i64, rss: u64| {
+            let mut r = run(variant, 120, growing(exact));
+            for s in &mut r.samples {
+                s.memory.rss_bytes = 300_000_000 + s.request * rss;
+            }
+            judge_run(&r, &options(Device::Cpu))
+        };
+        let leaky = run_of(Variant::ConvLeaky, 0, 1_000_000);
+        assert_eq!(leaky.verdict_label(), "flat");
+        assert!(matches!(
+            leaky.rss(),
+            Some(Verdict::Leak | Verdict::Plateau)
+        ));
+        assert!(leaky.passed);
+        assert_eq!(leaky.expectation(), "flat; rss leak or plateau");
+        assert!(
+            !run_of(Variant::ConvLeaky, 0, 0).passed,
+            "a leaky conv whose RSS stays flat did not show its cause"
+        );
+        assert!(
+            !run_of(Variant::ConvLeaky, 16_384, 1_000_000).passed,
+            "the exact probe must see nothing of oneDNN's cache"
+        );
+        assert!(run_of(Variant::ConvFixed, 0, 0).passed);
+        assert!(!run_of(Variant::ConvFixed, 0, 1_000_000).passed);
+        // On CUDA there is no RSS expectation: the convs run through cuDNN, not measured here.
+        assert_eq!(expected_rss(Variant::ConvLeaky, Device::Cuda), None);
     }
 
     #[test]

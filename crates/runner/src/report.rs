@@ -2,7 +2,6 @@
 //! snapshots, all through the one [`Report`] shape of `leaklab-report`.
 
 use crate::driver::{RunOptions, VariantRun};
-use crate::expect::describe;
 use crate::judge::{series, VariantResult};
 use leaklab_report::page::{Page, Section, Summary};
 use leaklab_report::plot::Chart;
@@ -93,7 +92,7 @@ impl LabReport {
                     Cell::new(stage),
                     Cell::new(oom),
                     rss,
-                    Cell::new(describe(&v.expected)),
+                    Cell::new(v.expectation()),
                     pass,
                 ]
             })
@@ -198,15 +197,16 @@ impl LabReport {
             .map(|v| match v.failure() {
                 Some(_) => format!("{} (its run failed)", v.variant),
                 None => format!(
-                    "{} ({}, expected {})",
+                    "{} ({}, rss {}, expected {})",
                     v.variant,
                     v.verdict_label(),
-                    describe(&v.expected)
+                    v.rss().map_or("-".into(), |r| r.to_string()),
+                    v.expectation()
                 ),
             })
             .collect();
         let headline = if unexpected.is_empty() {
-            "Every verdict as expected: each leaky variant leaks, each fixed one does not."
+            "Every verdict as expected: each leaky variant leaks (the conv cause's on RSS alone), each fixed one does not."
                 .to_string()
         } else {
             format!("Unexpected: {}.", unexpected.join("; "))

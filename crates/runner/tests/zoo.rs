@@ -1,8 +1,10 @@
 //! Every cause of the zoo (lab/zoo) is a test: the zoo's driver runs that entry alone, both
 //! variants, each served as its own Python process and scanned by the real `leaklab` binary
 //! with the entry's budget, and the verdict must be what the entry predicted (a leak's leaky
-//! variant fails and its fix passes; a must-pass entry passes both). One test per entry, so
-//! nextest runs them side by side; a tidy check keeps a new entry from going untested.
+//! variant fails and its fix passes; a must-pass entry passes both), and so must the diagnosis:
+//! the growth axis and the owner the scan measures (its repeat phase, the process tree, the
+//! agent's census and trim probe). One test per entry, so nextest runs them side by side; a tidy
+//! check keeps a new entry from going untested.
 //!
 //! Needs $LEAKLAB_PYTHON with torch and FastAPI (`cargo xtask test` provisions it): under
 //! CI=true its absence fails every test here; elsewhere the test says it skipped, and why.
@@ -111,33 +113,44 @@ fn check(cause: &str) {
         let mut why = String::new();
         for r in report.runs.iter().filter(|r| !r.agrees) {
             why.push_str(&format!(
-                "\n{}-{}: {}\n  diagnosis: {}\n  notes: {:?}\n  scan: {}",
+                "\n{}-{}: {}\n  axis: {}\n  owner: {}\n  diagnosis: {}\n  notes: {:?}\n  scan: {}",
                 r.name,
                 r.variant.name(),
                 r.failure.as_deref().unwrap_or("as scanned"),
+                r.axis.as_ref().map_or("-", |a| a.2.as_str()),
+                r.owner.as_ref().map_or("-", |o| o.1.as_str()),
                 r.diagnosis.as_deref().unwrap_or("-"),
                 r.notes,
                 r.command.join(" ")
             ));
         }
         panic!(
-            "{cause} did not get the verdicts its entry predicted:\n{}{why}\nreports kept in {}",
+            "{cause} did not get the verdicts, axes and owners its entry predicted:\n{}{why}\nreports kept in {}",
             report.text(),
             kept.display()
         );
     }
 }
 
-/// One test per cause; `TESTED` is what the tidy check compares with lab/zoo.
+/// One test per cause; `TESTED` is what the tidy check compares with lab/zoo. The CUDA-only
+/// causes (`device="cuda"` in their entry) are device-only tests: the device check runs them,
+/// and `cargo xtask test` lists them as not run here.
 macro_rules! zoo_tests {
-    ($($cause:ident),* $(,)?) => {
+    ($($cause:ident),* $(,)?; cuda: $($gpu:ident),* $(,)?) => {
         $(
             #[test]
             fn $cause() {
                 check(stringify!($cause));
             }
         )*
-        const TESTED: &[&str] = &[$(stringify!($cause)),*];
+        $(
+            #[test]
+            #[ignore = "needs a GPU"]
+            fn $gpu() {
+                check(stringify!($gpu));
+            }
+        )*
+        const TESTED: &[&str] = &[$(stringify!($cause),)* $(stringify!($gpu)),*];
     };
 }
 
@@ -155,6 +168,12 @@ zoo_tests! {
     thread_per_request,
     tokenizer_growth,
     worker_process,
+    ;
+    cuda:
+    cuda_reserved_slack,
+    cudagraph_per_shape,
+    cudnn_plan_cache,
+    pinned_host_cache,
 }
 
 /// The causes in lab/zoo: every `<name>.py` but the shared parts (`_zoo.py`), `serve.py` and

@@ -365,6 +365,236 @@ pub async fn fetch(client: &reqwest::Client, base: &str) -> Result<Census> {
     Census::from_json(&body).map_err(|e| anyhow::anyhow!("{url}: {e}"))
 }
 
+/// The collector's state, as the agent's `/stats` says it (`leaklab.stats/1`, `collector`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Collector {
+    /// False where the service called `gc.disable()`: cycles are never freed.
+    pub enabled: bool,
+    #[serde(default)]
+    pub thresholds: Vec<u64>,
+    /// Objects `gc.freeze()` moved aside, never collected.
+    #[serde(default)]
+    pub frozen: u64,
+    #[serde(default)]
+    pub uncollectable: u64,
+}
+
+impl Default for Collector {
+    fn default() -> Collector {
+        Collector {
+            enabled: true,
+            thresholds: Vec::new(),
+            frozen: 0,
+            uncollectable: 0,
+        }
+    }
+}
+
+/// The threads alive in the agent's process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadsAlive {
+    pub python: u64,
+    /// Every OS thread (`Threads:` of /proc/self/status); None without /proc.
+    pub os: Option<u64>,
+}
+
+/// What the scan reads of `GET {base}/stats`: the process state that explains a cause.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Absent from an agent older than the collector's state.
+    #[serde(default)]
+    pub collector: Option<Collector>,
+    #[serde(default)]
+    pub threads: Option<ThreadsAlive>,
+}
+
+/// Answers of an agent route, read as JSON; refusals and errors said as [`fetch`] says them.
+async fn route(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+) -> Result<serde_json::Value> {
+    let response = client
+        .request(method, url)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {}", leaklab_client::describe(&e)))?;
+    let status = response.status();
+    let body = response.bytes().await?;
+    if let Some(refused) = leaklab_client::refused(url, status, &body) {
+        bail!(
+            "{refused} (the agent answers loopback clients, or a bearer token: see docs/agent.md)"
+        );
+    }
+    if !status.is_success() {
+        bail!(
+            "{url} answered {status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(400)]).trim()
+        );
+    }
+    serde_json::from_slice(&body).map_err(|e| anyhow::anyhow!("{url}: not JSON ({e})"))
+}
+
+/// `GET {base}/stats`: the collector's state and the threads alive.
+pub async fn stats(client: &reqwest::Client, base: &str) -> Result<Stats> {
+    let url = format!("{}/stats", base.trim_end_matches('/'));
+    let value = route(client, reqwest::Method::GET, &url).await?;
+    serde_json::from_value(value)
+        .map_err(|e| anyhow::anyhow!("{url}: a malformed stats answer: {e}"))
+}
+
+/// One step of the trim probe: the resident anonymous memory it gave back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrimShare {
+    /// Before minus after; None where the step did not run.
+    #[serde(default)]
+    pub given_back_bytes: Option<i64>,
+}
+
+/// What the agent's trim probe said (`POST {base}/trim`, `leaklab.trim/1`): what the allocator
+/// kept, what the collector freed and what `malloc_trim(0)` then returned, as its findings
+/// word them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trim {
+    #[serde(default)]
+    pub findings: Vec<String>,
+    #[serde(default)]
+    pub seconds: f64,
+    /// `malloc_trim(0)` first: free memory the allocator kept.
+    #[serde(default)]
+    pub kept_by_allocator: TrimShare,
+    /// Then `gc.collect()`: the garbage's memory given back as it was freed.
+    #[serde(default)]
+    pub collect: TrimShare,
+    /// `malloc_trim(0)` again: what of the garbage's memory the allocator kept.
+    #[serde(default)]
+    pub malloc_trim: TrimShare,
+    /// The whole answer, for programs.
+    #[serde(default)]
+    pub document: serde_json::Value,
+}
+
+impl Trim {
+    /// What the allocator returned when asked (both `malloc_trim(0)` steps), not the garbage.
+    pub fn allocator_returned(&self) -> i64 {
+        [self.kept_by_allocator, self.malloc_trim]
+            .iter()
+            .filter_map(|s| s.given_back_bytes)
+            .filter(|b| *b > 0)
+            .sum()
+    }
+}
+
+/// `POST {base}/trim` (opt-in: the service's owner passes `allow_trim=True`).
+pub async fn trim(client: &reqwest::Client, base: &str) -> Result<Trim> {
+    let url = format!("{}/trim", base.trim_end_matches('/'));
+    let value = route(client, reqwest::Method::POST, &url).await?;
+    let mut trim: Trim = serde_json::from_value(value.clone())
+        .map_err(|e| anyhow::anyhow!("{url}: a malformed trim answer: {e}"))?;
+    trim.document = value;
+    Ok(trim)
+}
+
+/// A native holder the agent's map knows (oneDNN's primitive cache, cuDNN's plan cache...).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeHolder {
+    pub mechanism: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub knobs: Vec<String>,
+    #[serde(default)]
+    pub fix: String,
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+/// One native stack the traced window left memory live under.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeStack {
+    #[serde(default)]
+    pub bytes: u64,
+    #[serde(default)]
+    pub mechanism: Option<String>,
+    /// The allocating frame first.
+    #[serde(default)]
+    pub frames: Vec<NativeFrame>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeFrame {
+    pub symbol: String,
+    #[serde(default)]
+    pub file: String,
+    #[serde(default)]
+    pub line: u64,
+}
+
+/// The agent's native trace over a window of requests (`POST {base}/native`, `leaklab.native/1`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Native {
+    #[serde(default)]
+    pub traced: bool,
+    #[serde(default)]
+    pub requests: u64,
+    #[serde(default)]
+    pub seconds: f64,
+    #[serde(default)]
+    pub live_bytes: u64,
+    #[serde(default)]
+    pub holders: Vec<NativeHolder>,
+    #[serde(default)]
+    pub unattributed_bytes: u64,
+    #[serde(default)]
+    pub top: Vec<NativeStack>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl Native {
+    /// The top stacks in a line each: bytes, mechanism (or "unknown"), the first frames.
+    pub fn stack_lines(&self, top: usize) -> Vec<String> {
+        self.top
+            .iter()
+            .take(top)
+            .map(|s| {
+                let frames: Vec<&str> =
+                    s.frames.iter().take(3).map(|f| f.symbol.as_str()).collect();
+                format!(
+                    "{} under {} ({})",
+                    human_bytes(s.bytes as f64),
+                    frames.join(" ← "),
+                    s.mechanism.as_deref().unwrap_or("unknown holder")
+                )
+            })
+            .collect()
+    }
+}
+
+/// `POST {base}/native?requests=N[&seconds=S]` (opt-in: `native_max_seconds`; `seconds` 0:
+/// the owner's ceiling): answers when the window ends, so the caller drives the window's
+/// requests meanwhile.
+pub async fn native(
+    client: &reqwest::Client,
+    base: &str,
+    requests: usize,
+    seconds: f64,
+) -> Result<Native> {
+    // No `seconds` unless asked: the owner's ceiling (`native_max_seconds`) is the default.
+    let seconds = if seconds > 0.0 {
+        format!("&seconds={seconds}")
+    } else {
+        String::new()
+    };
+    let url = format!(
+        "{}/native?requests={requests}{seconds}",
+        base.trim_end_matches('/')
+    );
+    let value = route(client, reqwest::Method::POST, &url).await?;
+    serde_json::from_value(value)
+        .map_err(|e| anyhow::anyhow!("{url}: a malformed native trace: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

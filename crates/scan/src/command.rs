@@ -45,6 +45,10 @@ pub struct ScanCommand {
     pub fail_if_oom_within: Option<Duration>,
     /// Draw nothing on stderr (for `--json`).
     pub quiet: bool,
+    /// With the agent: its trim probe after the looks inside (`POST trim`, opt-in).
+    pub trim: bool,
+    /// With the agent: its native allocation trace over a window of requests (`POST native`).
+    pub native: bool,
 }
 
 impl ScanCommand {
@@ -119,6 +123,8 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
         quiet: cmd.quiet,
         snapshot_url: cmd.snapshot,
         agent_url: cmd.agent,
+        trim: cmd.trim,
+        native: cmd.native,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

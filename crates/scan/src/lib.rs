@@ -11,10 +11,12 @@
 
 pub mod agent;
 pub mod command;
+pub mod diagnosis;
 pub mod judge;
 pub mod load;
 pub mod report;
 pub mod signals;
+pub mod tree;
 pub mod verdict;
 
 use anyhow::{bail, Context, Result};
@@ -142,6 +144,12 @@ pub struct ScanOptions {
     /// census, taken as the snapshot is, names the holders that grew, and, where the service
     /// uses CUDA and no `snapshot_url` is given, its `/snapshot` is the snapshot.
     pub agent_url: Option<String>,
+    /// With the agent: ask its trim probe (`POST trim`, opt-in by the service's owner) what the
+    /// collector frees and what `malloc_trim(0)` then returns, after the looks inside.
+    pub trim: bool,
+    /// With the agent: its native allocation trace (`POST native`, opt-in by the service's
+    /// owner, memray) over a window of new requests after the looks inside.
+    pub native: bool,
 }
 
 /// One series: its samples, its judgement and its ops verdict.
@@ -188,6 +196,29 @@ pub struct ScanReport {
     pub census: Option<agent::CensusDiff>,
     /// Why the scan stopped early, or a signal was dropped: said plainly, kept in the report.
     pub notes: Vec<String>,
+    /// The diagnosis beyond the slope: the axis, the owner, the mechanism and the fix, and the
+    /// process state behind them (their fields sit at the JSON's top level).
+    #[serde(default, flatten)]
+    pub explained: Explained,
+}
+
+/// What the scan measured beyond the slope ([`diagnosis`]): each part absent where the scan
+/// could not measure it (no growing series, no process tree, no agent, a probe not asked).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Explained {
+    #[serde(default)]
+    pub axis: Option<diagnosis::AxisReading>,
+    #[serde(default)]
+    pub owner: Option<diagnosis::OwnerReading>,
+    /// The agent's collector state (its `/stats`).
+    #[serde(default)]
+    pub collector: Option<agent::Collector>,
+    /// The agent's trim probe, where `--trim` asked for it.
+    #[serde(default)]
+    pub trim: Option<agent::Trim>,
+    /// The agent's native trace, where `--native` asked for it.
+    #[serde(default)]
+    pub native: Option<agent::Native>,
 }
 
 impl ScanReport {
@@ -290,6 +321,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let mut target = options.warmup + options.requests;
     let progress = Progress::new(target, options.quiet);
     let mut sent = 1;
+    let mut stopped = false;
     loop {
         let stop = drive(
             &client, options, &mut state, &mut sent, target, started, &progress,
@@ -297,6 +329,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         .await;
         if let Some(note) = stop {
             state.notes.push(note);
+            stopped = true;
             break;
         }
         if !options.until_confident || target >= options.max_requests {
@@ -312,6 +345,35 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     }
     // The rate of the judged requests: a time to OOM without a budget is at it.
     let measured = rate(sent, started);
+    // The axis: where the judged requests were new inputs and memory grew, inputs already seen
+    // are sent again (not judged), and the two slopes compared.
+    let inputs = inputs_of(&options.target, sent);
+    let judged_sent = sent;
+    let interim = judge_all(&state, options, measured);
+    let growing =
+        axis_series(&interim).is_some_and(|(_, j)| j.verdict != leaklab_detect::Verdict::Flat);
+    state.phase = Phase::Unjudged;
+    if growing && inputs == diagnosis::Inputs::New && !stopped {
+        let count = (options.requests / 2).max(MIN_REPEATS);
+        let seen = REPEAT_SET.min(sent.saturating_sub(options.warmup)).max(1);
+        state.replay = ((sent - seen) as u64..sent as u64).collect();
+        state.replay_from = sent as u64;
+        state.phase = Phase::Repeats;
+        progress.bar.set_length((sent + count) as u64);
+        progress.bar.set_message(format!(
+            "repeating {seen} inputs already seen (the axis, not judged)"
+        ));
+        let last = sent + count;
+        if let Some(note) = drive(
+            &client, options, &mut state, &mut sent, last, started, &progress,
+        )
+        .await
+        {
+            state.notes.push(note);
+        }
+        state.phase = Phase::Unjudged;
+        state.replay.clear();
+    }
     // Who holds it: two looks inside (census, snapshot) around a further quarter of the judged
     // requests, after the judged ones. Not around the judged requests themselves: a look costs
     // the service memory of its own (a census of 200k objects, a pickled snapshot: megabytes),
@@ -322,7 +384,6 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let (who_holds, census) = if options.snapshot_url.is_some() || options.agent_url.is_some() {
         let last = sent + (options.requests / 4).max(20);
         let before = look(options, &client, sent as u64, &mut state.notes).await;
-        state.unjudged = true;
         progress.bar.set_length(last as u64);
         progress
             .bar
@@ -380,6 +441,95 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             " The agent's census names the holder that grew most: {top}."
         ));
     }
+    let mut explained = Explained::default();
+    if let Some(base) = &options.agent_url {
+        match agent::stats(&client, base).await {
+            Ok(stats) => explained.collector = stats.collector,
+            Err(e) => state
+                .notes
+                .push(format!("no process state from the agent's /stats: {e:#}")),
+        }
+        if options.native {
+            explained.native = native_window(
+                options, &client, base, &mut state, &mut sent, started, &progress,
+            )
+            .await;
+        }
+        if options.trim {
+            match agent::trim(&client, base).await {
+                Ok(t) => explained.trim = Some(t),
+                Err(e) => state.notes.push(format!("no trim probe: {e:#}")),
+            }
+        }
+    } else if options.trim || options.native {
+        state.notes.push("--trim and --native ask the agent inside the service: give --agent too (docs/agent.md)".into());
+    }
+    if let Some((name, judged)) = axis_series(&series) {
+        let repeats = state.repeats.get(name).and_then(|samples| {
+            // The first tenth of the repeats is not judged: what the last new inputs left
+            // settles there (a repeat phase judged from its first request read onnxruntime's
+            // arena at +5.09 kB a repeat, bound 3.04 to 7.14 kB, where it reads ±3.1 kB).
+            let mut config = NoisyConfig::new(samples.len() / 10);
+            if series
+                .iter()
+                .any(|s| s.series == name && s.kind == Kind::Host)
+            {
+                config.quantum_bytes = config.quantum_bytes.max(HOST_NOISE_FLOOR);
+            }
+            judge_noisy(samples, &config).ok()
+        });
+        let (processes, threads) = match options.signals.iter().find_map(|s| match s {
+            Signal::Process { pid } => Some(*pid),
+            _ => None,
+        }) {
+            Some(root) => tree::judge(root, &state.tree, options.warmup as u64, HOST_NOISE_FLOOR),
+            None => (Vec::new(), None),
+        };
+        let distinct = match inputs {
+            diagnosis::Inputs::New if options.target.vary.is_some() => judged_sent,
+            _ => options.target.bodies.len().max(1),
+        };
+        let axis = diagnosis::axis(
+            name,
+            judged,
+            inputs,
+            distinct,
+            repeats.as_ref(),
+            threads,
+            processes,
+        );
+        let mut axis = axis;
+        if let (Some(r), Some(samples)) = (axis.repeats.as_mut(), state.repeats.get(name)) {
+            r.requests = samples.len();
+        }
+        if let Some(t) = &explained.trim {
+            diagnosis::given_back(&mut axis, t);
+        }
+        let mut owner = diagnosis::owner(&axis, census.as_ref(), explained.collector.as_ref());
+        if let Some(native) = &explained.native {
+            if let Some(h) = native.holders.first() {
+                owner.mechanism = format!(
+                    "{} (the native trace: {} live under its frames)",
+                    h.title,
+                    leaklab_report::human_bytes(h.bytes as f64)
+                );
+                owner.fix = if h.knobs.is_empty() {
+                    h.fix.clone()
+                } else {
+                    format!("{} ({})", h.fix, h.knobs.join(", "))
+                };
+            } else if let Some(line) = native.stack_lines(1).pop() {
+                owner.mechanism = format!("an unknown native holder: {line}");
+            }
+        }
+        if let Some(t) = &explained.trim {
+            owner
+                .findings
+                .extend(t.findings.iter().map(|f| format!("trim probe: {f}")));
+        }
+        explained.axis = Some(axis);
+        explained.owner = Some(owner);
+    }
     let seconds = started.elapsed().as_secs_f64();
     Ok(ScanReport {
         url: options.target.url.clone(),
@@ -397,7 +547,100 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         who_holds,
         census,
         notes: state.notes,
+        explained,
     })
+}
+
+/// Requests sent again in the repeat phase, at the least (the detector judges 30 samples).
+const MIN_REPEATS: usize = 60;
+/// Inputs the repeat phase cycles: the last ones the judged requests sent, so that a cache
+/// keyed by input (an LRU, most of all) still holds them.
+const REPEAT_SET: usize = 16;
+
+/// What the judged requests sent: each a new input (a body of its own, or `--vary`), one body
+/// again and again, or a folder cycled.
+fn inputs_of(target: &Target, sent: usize) -> diagnosis::Inputs {
+    if target.vary.is_some() || (target.bodies.len() > 1 && target.bodies.len() >= sent) {
+        diagnosis::Inputs::New
+    } else if target.bodies.len() <= 1 {
+        diagnosis::Inputs::Same
+    } else {
+        diagnosis::Inputs::Cycled
+    }
+}
+
+/// The series the axis is read from: the first that fails, else the steepest that is not flat,
+/// else the steepest (flat: its axis is none, unless a child process grows on its own).
+fn axis_series(series: &[SeriesResult]) -> Option<(&str, &leaklab_detect::NoisyJudgement)> {
+    let judged = || {
+        series
+            .iter()
+            .filter_map(|s| Some((s, s.judgement.as_ref()?)))
+    };
+    judged()
+        .find(|(s, _)| s.ops.is_some_and(Ops::fails))
+        .or_else(|| {
+            let steepest =
+                |a: &(&SeriesResult, &leaklab_detect::NoisyJudgement),
+                 b: &(&SeriesResult, &leaklab_detect::NoisyJudgement)| {
+                    a.1.slope
+                        .bytes_per_request
+                        .total_cmp(&b.1.slope.bytes_per_request)
+                };
+            judged()
+                .filter(|(_, j)| j.verdict != leaklab_detect::Verdict::Flat)
+                .max_by(steepest)
+                .or_else(|| judged().max_by(steepest))
+        })
+        .map(|(s, j)| (s.series.as_str(), j))
+}
+
+/// Requests the native trace's window spans: enough for a cache's growth to show, few enough
+/// for memray's capture to stay small (200 conv requests: 1.4 s traced, docs/agent.md).
+const NATIVE_REQUESTS: usize = 100;
+
+/// The agent's native trace over a window of new requests, driven meanwhile (not judged); a
+/// refusal (the owner did not opt in, memray missing) is a note.
+async fn native_window(
+    options: &ScanOptions,
+    client: &reqwest::Client,
+    base: &str,
+    state: &mut State,
+    sent: &mut usize,
+    started: Instant,
+    progress: &Progress,
+) -> Option<agent::Native> {
+    let requests = NATIVE_REQUESTS.min(options.requests.max(20));
+    let trace = {
+        let (client, base) = (client.clone(), base.to_string());
+        tokio::spawn(async move { agent::native(&client, &base, requests, 0.0).await })
+    };
+    // The tracer starts in the service's thread: a moment before the window's requests.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = *sent + requests + requests / 4;
+    progress.bar.set_length(last as u64);
+    progress
+        .bar
+        .set_message("the agent's native trace (not judged)");
+    if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
+        state.notes.push(note);
+    }
+    match trace.await {
+        Ok(Ok(native)) => {
+            if let Some(note) = &native.note {
+                state.notes.push(format!("the native trace: {note}"));
+            }
+            Some(native)
+        }
+        Ok(Err(e)) => {
+            state.notes.push(format!("no native trace: {e:#}"));
+            None
+        }
+        Err(e) => {
+            state.notes.push(format!("no native trace: {e}"));
+            None
+        }
+    }
 }
 
 /// What the service shows of itself at one point of the scan: the agent's census, its memory
@@ -514,13 +757,43 @@ struct State {
     answered: usize,
     dead_signals: Vec<usize>,
     notes: Vec<String>,
-    /// Requests sent after the judged ones (between two looks inside) take no samples.
-    unjudged: bool,
+    /// Which phase the requests now sent belong to.
+    phase: Phase,
+    /// The repeat phase's samples, by series.
+    repeats: BTreeMap<String, Vec<Sample>>,
+    /// The repeat phase's inputs (request indices already sent), cycled from `replay_from`.
+    replay: Vec<u64>,
+    replay_from: u64,
+    /// The process tree process by process, over the judged requests.
+    tree: Vec<(u64, tree::TreeReading)>,
     /// The first answer that was not a success: its status and the start of its body.
     first_error: Option<(u16, Vec<u8>)>,
 }
 
+/// The phases of a scan's requests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Sampled and judged (the warm-up's samples are kept and skipped by the detector).
+    #[default]
+    Judged,
+    /// Inputs already seen, sent again: sampled apart, for the axis.
+    Repeats,
+    /// Between the looks inside and the probes: not sampled.
+    Unjudged,
+}
+
 impl State {
+    /// The input request `index` sends: itself, or in the repeat phase an earlier one's.
+    fn input_of(&self, index: u64) -> u64 {
+        match (self.phase, self.replay.is_empty()) {
+            (Phase::Repeats, false) => {
+                let k = index.saturating_sub(self.replay_from) as usize;
+                self.replay[k % self.replay.len()]
+            }
+            _ => index,
+        }
+    }
+
     fn settle(&mut self, result: Result<Answer>) {
         self.answered += 1;
         match result {
@@ -547,11 +820,26 @@ impl State {
             match signal.read().await {
                 Ok(readings) => {
                     for r in readings {
+                        if self.phase == Phase::Repeats {
+                            self.repeats.entry(r.series).or_default().push((x, r.bytes));
+                            continue;
+                        }
                         self.series
                             .entry(r.series)
                             .or_insert_with(|| (r.kind, Vec::new()))
                             .1
                             .push((x, r.bytes));
+                    }
+                    // The tree process by process, beside the judged samples (the cheap read
+                    // each time where the kernel allows it, else every fourth).
+                    if let (Signal::Process { pid }, Phase::Judged) = (signal, self.phase) {
+                        if leaklab_proc::status_is_exact() || x.is_multiple_of(4) {
+                            // The children's private memory is a walk of their mappings: every
+                            // fourth sample.
+                            if let Some(reading) = tree::read(*pid, x.is_multiple_of(4)) {
+                                self.tree.push((x, reading));
+                            }
+                        }
                     }
                 }
                 Err(e) => {
@@ -621,8 +909,9 @@ async fn drive(
                 clock.tick().await;
             }
             let (client, target, index) = (client.clone(), options.target.clone(), *sent as u64);
+            let input = state.input_of(index);
             tasks.spawn(async move {
-                let result = target.send(&client, index).await;
+                let result = target.send(&client, input).await;
                 drop(permit);
                 (index, result)
             });
@@ -638,7 +927,7 @@ async fn drive(
         };
         let Ok((index, result)) = done else { continue };
         state.settle(result);
-        if !state.unjudged {
+        if state.phase != Phase::Unjudged {
             state.sample(options, index).await;
         }
         progress.bar.inc(1);

@@ -8,7 +8,8 @@ use leaklab_report::{
     human_bytes, human_duration as duration, Attachment, Cell, Report, Table, Tone,
 };
 
-fn row(s: &SeriesResult) -> Vec<Cell> {
+/// A judged series as a row under [`SERIES_HEADER`] (the scan's table, and the watch's per run).
+pub fn series_row(s: &SeriesResult) -> Vec<Cell> {
     let Some(j) = &s.judgement else {
         return vec![
             Cell::code(&s.series),
@@ -19,11 +20,6 @@ fn row(s: &SeriesResult) -> Vec<Cell> {
             "-".into(),
             Cell::new("cannot judge").tone(Tone::Warn),
         ];
-    };
-    let oom = match (s.capacity_bytes, s.seconds_to_oom) {
-        (None, _) => "no capacity known".into(),
-        (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
-        (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
     };
     let result = s
         .ops
@@ -39,12 +35,22 @@ fn row(s: &SeriesResult) -> Vec<Cell> {
         .into(),
         human_bytes(j.noise_bytes).into(),
         human_bytes(j.floor_now as f64).into(),
-        oom.into(),
+        time_to_oom(s).into(),
         result,
     ]
 }
 
-const HEADER: [&str; 7] = [
+/// A series' time to OOM in words, with the capacity it runs out of.
+pub fn time_to_oom(s: &SeriesResult) -> String {
+    match (s.capacity_bytes, s.seconds_to_oom) {
+        (None, _) => "no capacity known".into(),
+        (Some(c), None) => format!("never (of {})", human_bytes(c as f64)),
+        (Some(c), Some(t)) => format!("{} (of {})", duration(t), human_bytes(c as f64)),
+    }
+}
+
+/// The columns of [`series_row`].
+pub const SERIES_HEADER: [&str; 7] = [
     "series",
     "verdict",
     "bytes/request",
@@ -59,13 +65,65 @@ const METHOD: &str = "Each series is judged on its floor (the minimum of each wi
 
 impl ScanReport {
     fn series_table(&self) -> Table {
-        Table::new(HEADER)
+        Table::new(SERIES_HEADER)
             .numeric(&[2, 3, 4, 5])
-            .rows(self.series.iter().map(row))
+            .rows(self.series.iter().map(series_row))
+    }
+
+    /// The diagnosis's first lines: verdict, axis, owner, mechanism and fix (none where no
+    /// series could be judged).
+    pub fn first_lines(&self) -> Vec<String> {
+        let (answer, words) = self.outcome_words();
+        let deciding = self.deciding().and_then(|s| {
+            let j = s.judgement.as_ref()?;
+            Some(format!(
+                " ({} {}, {} a request)",
+                s.series,
+                j.verdict,
+                human_bytes(j.slope.bytes_per_request)
+            ))
+        });
+        let verdict = format!("{answer}: {words}{}", deciding.unwrap_or_default());
+        match (&self.explained.axis, &self.explained.owner) {
+            (Some(axis), Some(owner)) => crate::diagnosis::first_lines(&verdict, axis, owner),
+            _ if self.series.iter().any(|s| s.judgement.is_some()) => vec![
+                format!("verdict:   {verdict}"),
+                "axis:      none: no series grows".to_string(),
+            ],
+            _ => vec![format!("verdict:   {verdict}")],
+        }
+    }
+
+    /// The evidence behind the axis: each process of the tree, the native trace's stacks.
+    fn axis_evidence(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(axis) = &self.explained.axis {
+            if axis.processes.len() > 1 {
+                out.push("The process tree, process by process (anonymous memory over the judged requests):".to_string());
+                out.extend(axis.processes.iter().map(|p| format!("  {}", p.line())));
+            }
+        }
+        if let Some(native) = &self.explained.native {
+            out.push(format!(
+                "The agent's native trace ({} requests, {:.1} s): {} left live; top stacks:",
+                native.requests,
+                native.seconds,
+                human_bytes(native.live_bytes as f64)
+            ));
+            out.extend(native.stack_lines(5).into_iter().map(|l| format!("  {l}")));
+        }
+        out
     }
 
     pub fn table(&self) -> String {
-        let mut out = vec![self.series_table().text()];
+        let mut out = self.first_lines();
+        out.push(String::new());
+        out.push(self.series_table().text());
+        let evidence = self.axis_evidence();
+        if !evidence.is_empty() {
+            out.push(String::new());
+            out.extend(evidence);
+        }
         if let Some(c) = &self.census {
             out.push(String::new());
             out.push(format!("Who holds it (the agent's tensor census, taken twice {} requests apart after the judged ones):\n{}", c.steps, c.text(5, "request")));
@@ -103,16 +161,34 @@ impl ScanReport {
 
     /// The requests and which were judged: the warm-up, and those between the looks inside, are not.
     fn requests_words(&self) -> String {
-        match self.looked_requests {
-            0 => format!(
-                "{} requests ({} warm-up, not judged)",
-                self.requests_sent, self.warmup
-            ),
-            n => format!(
-                "{} requests ({} warm-up and {n} between the looks inside, not judged)",
-                self.requests_sent, self.warmup
-            ),
+        let mut parts = vec![format!("{} warm-up", self.warmup)];
+        if let Some(r) = self
+            .explained
+            .axis
+            .as_ref()
+            .and_then(|a| a.repeats.as_ref())
+        {
+            parts.push(format!(
+                "{} repeats of inputs already seen (the axis)",
+                r.requests
+            ));
         }
+        if self.looked_requests > 0 {
+            parts.push(format!("{} between the looks inside", self.looked_requests));
+        }
+        if let Some(n) = &self.explained.native {
+            parts.push(format!(
+                "those of the native trace ({} counted)",
+                n.requests
+            ));
+        }
+        let last = parts.pop().unwrap_or_default();
+        let listed = if parts.is_empty() {
+            last
+        } else {
+            format!("{} and {last}", parts.join(", "))
+        };
+        format!("{} requests ({listed}, not judged)", self.requests_sent)
     }
 
     fn evidence(&self) -> String {
@@ -135,11 +211,18 @@ impl ScanReport {
     }
 
     pub fn markdown(&self) -> String {
-        let mut md = format!(
-            "# leaklab scan of {}\n\n**{}**\n\n",
-            self.url,
+        let mut md = format!("# leaklab scan of {}\n\n", self.url);
+        for line in self.first_lines() {
+            md.push_str(&format!("- {line}\n"));
+        }
+        md.push_str(&format!(
+            "\n**{}**\n\n",
             self.summary().replace('\n', "\n\n")
-        );
+        ));
+        for line in self.axis_evidence() {
+            md.push_str(&format!("{line}\n"));
+        }
+        md.push('\n');
         md.push_str(&self.series_table().markdown());
         md.push('\n');
         if let Some(c) = &self.census {
@@ -237,7 +320,11 @@ impl ScanReport {
             answer: answer.into(),
             headline,
             figures,
-            text: vec![self.diagnosis.clone()],
+            text: self
+                .first_lines()
+                .into_iter()
+                .chain(std::iter::once(self.diagnosis.clone()))
+                .collect(),
         }
     }
 }
@@ -342,7 +429,7 @@ impl Report for ScanReport {
 }
 
 /// A file name for a series (metric selectors carry braces and quotes).
-fn file_name(series: &str) -> String {
+pub fn file_name(series: &str) -> String {
     series
         .chars()
         .map(|c| {

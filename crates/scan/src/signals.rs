@@ -37,9 +37,9 @@ pub struct Reading {
 
 /// A source of memory series.
 pub enum Signal {
-    /// `/proc/PID/smaps_rollup` of a process and all its descendants (uvicorn and gunicorn
+    /// The resident memory of a process and all its descendants (uvicorn and gunicorn
     /// workers are children): `rss` and `anonymous` (which ignores mapped files, the better
-    /// leak signal).
+    /// leak signal), read as `leaklab_proc::resident` says (cheap where the kernel allows).
     Process { pid: u32 },
     /// A cgroup folder, v2 (`memory.current`, `memory.max`) or v1 (`memory.usage_in_bytes`,
     /// `memory.limit_in_bytes`): the working set (usage less inactive file cache) is what the
@@ -113,10 +113,10 @@ impl Signal {
 }
 
 fn read_process(pid: u32) -> Result<Vec<Reading>> {
-    let mut total = leaklab_proc::smaps_rollup(pid).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))?;
+    let mut total = leaklab_proc::resident(pid).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))?;
     for child in leaklab_proc::process_tree(pid).into_iter().skip(1) {
         // A child may exit between listing and reading: it simply no longer counts.
-        if let Ok(rollup) = leaklab_proc::smaps_rollup(child) {
+        if let Ok(rollup) = leaklab_proc::resident(child) {
             total = total + rollup;
         }
     }

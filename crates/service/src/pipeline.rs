@@ -6,11 +6,12 @@
 
 use crate::api::{Batch, InferError, Inference};
 use crate::causes::cache::{bucket_rows, FeatureCache};
+use crate::causes::conv;
 use crate::causes::graph::{self, RunningMean};
 use crate::causes::refs::History;
 use crate::http::Handler;
 use crate::sampler::{SampleDepth, Sampler};
-use leaklab_model::{Mlp, ModelConfig};
+use leaklab_model::{ConvFrontEnd, Mlp, ModelConfig};
 use leaklab_probe::{cpu, cuda, MemoryContext, Probes};
 use leaklab_vocab::{Device, Mode, RequestSample, Stage, StageBytes, Variant};
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,8 @@ pub struct Pipeline {
     pub variant: Variant,
     pub config: PipelineConfig,
     model: Mlp,
+    /// The conv cause's front-end; `None` for the variants without it.
+    conv: Option<(ConvFrontEnd, Mode)>,
     stats: RunningMean,
     history: Option<History>,
     cache: Option<FeatureCache>,
@@ -88,10 +91,17 @@ impl Pipeline {
             Device::Cuda => Probes::cuda(0)?,
         };
         let model = Mlp::new(config.model, tch_device(config.device));
+        let conv = variant.conv().map(|mode| {
+            (
+                ConvFrontEnd::new(config.model.seed, tch_device(config.device)),
+                mode,
+            )
+        });
         Ok(Pipeline {
             variant,
             config,
             model,
+            conv,
             stats: RunningMean::new(variant.graph()),
             history: variant
                 .refs()
@@ -166,6 +176,9 @@ impl Pipeline {
     }
 
     fn forward(&mut self, x: &Tensor, rows: i64) -> Tensor {
+        if let Some((front, mode)) = &self.conv {
+            return conv::forward(front, &self.model, x, *mode);
+        }
         let on_cuda = self.model.device().is_cuda();
         if on_cuda && self.cache.is_some() && self.variant.cache() == Some(Mode::Fixed) {
             // FIX(cache), CUDA half: pad to a bucket so the allocator reuses a few block sizes,

@@ -5,7 +5,7 @@
 //! no async runtime and no HTTP, is what lets the driver and the instrument install without a
 //! torch install.
 //!
-//! - [`variant`]: the eight variants, their causes and modes.
+//! - [`variant`]: the ten variants, their causes and modes, and the rows of their requests.
 //! - [`stage`]: the four request stages, and live bytes per stage by name.
 //! - [`sample`]: one memory sample as plain data (allocator, CUDA, NVML, process figures).
 //! - [`device`]: where tensors live, and a `--device` request (`auto` included).

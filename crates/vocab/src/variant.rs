@@ -1,10 +1,12 @@
-//! The eight variants of the service.
+//! The ten variants of the service.
 //!
 //! `<cause>-leaky` runs one cause's code path with its leak, `<cause>-fixed` the same path with
-//! its fix; both leave the other causes' features out (no history, no cache), so each pair
-//! differs in exactly one place. `baseline` runs every feature, fixed; `seed` every feature,
-//! leaky: the container of the reference scenario.
+//! its fix; both leave the other causes' features out (no history, no cache, no conv), so each
+//! pair differs in exactly one place. `baseline` runs the reference scenario's three features,
+//! fixed; `seed` the same three, leaky: the container of the reference scenario. The conv
+//! cause is the zoo's, below c10's allocator, and in neither.
 
+use crate::scale::Scale;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -14,7 +16,7 @@ pub enum Mode {
     Fixed,
 }
 
-/// The three causes of the reference scenario.
+/// The three causes of the reference scenario, and the conv cause beside them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Cause {
@@ -24,16 +26,22 @@ pub enum Cause {
     Refs,
     /// Uncollected caches: an unbounded per-request tensor cache.
     Cache,
+    /// A native per-shape cache: oneDNN's conv primitives, one set per new input shape, in
+    /// memory that c10's allocator never sees (pytorch/pytorch#27971, #98688).
+    Conv,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 3] = [Cause::Graph, Cause::Refs, Cause::Cache];
+    pub const ALL: [Cause; 4] = [Cause::Graph, Cause::Refs, Cause::Cache, Cause::Conv];
+    /// The causes of the reference scenario: what `baseline` and `seed` run.
+    pub const SEED: [Cause; 3] = [Cause::Graph, Cause::Refs, Cause::Cache];
 
     pub fn name(self) -> &'static str {
         match self {
             Cause::Graph => "graph",
             Cause::Refs => "refs",
             Cause::Cache => "cache",
+            Cause::Conv => "conv",
         }
     }
 }
@@ -47,19 +55,26 @@ pub enum Variant {
     RefsFixed,
     CacheLeaky,
     CacheFixed,
+    ConvLeaky,
+    ConvFixed,
     Baseline,
     Seed,
 }
 
+/// Lengths of the conv cause's requests: spectrograms of 1 to this many frames.
+pub const CONV_LENGTHS: u64 = 128;
+
 impl Variant {
     /// In the order the lab runs them.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 10] = [
         Variant::GraphLeaky,
         Variant::GraphFixed,
         Variant::RefsLeaky,
         Variant::RefsFixed,
         Variant::CacheLeaky,
         Variant::CacheFixed,
+        Variant::ConvLeaky,
+        Variant::ConvFixed,
         Variant::Baseline,
         Variant::Seed,
     ];
@@ -72,17 +87,21 @@ impl Variant {
             Variant::RefsFixed => "refs-fixed",
             Variant::CacheLeaky => "cache-leaky",
             Variant::CacheFixed => "cache-fixed",
+            Variant::ConvLeaky => "conv-leaky",
+            Variant::ConvFixed => "conv-fixed",
             Variant::Baseline => "baseline",
             Variant::Seed => "seed",
         }
     }
 
-    /// The cause this variant is about; `None` for baseline and seed (all of them).
+    /// The cause this variant is about; `None` for baseline and seed (the reference scenario's
+    /// three).
     pub fn cause(self) -> Option<Cause> {
         match self {
             Variant::GraphLeaky | Variant::GraphFixed => Some(Cause::Graph),
             Variant::RefsLeaky | Variant::RefsFixed => Some(Cause::Refs),
             Variant::CacheLeaky | Variant::CacheFixed => Some(Cause::Cache),
+            Variant::ConvLeaky | Variant::ConvFixed => Some(Cause::Conv),
             Variant::Baseline | Variant::Seed => None,
         }
     }
@@ -91,7 +110,11 @@ impl Variant {
     pub fn is_leaky(self) -> bool {
         matches!(
             self,
-            Variant::GraphLeaky | Variant::RefsLeaky | Variant::CacheLeaky | Variant::Seed
+            Variant::GraphLeaky
+                | Variant::RefsLeaky
+                | Variant::CacheLeaky
+                | Variant::ConvLeaky
+                | Variant::Seed
         )
     }
 
@@ -110,8 +133,35 @@ impl Variant {
         self.mode_of(Cause::Cache)
     }
 
+    /// How the conv front-end meets its input shapes; `None` when this variant has no conv.
+    pub fn conv(self) -> Option<Mode> {
+        self.mode_of(Cause::Conv)
+    }
+
+    /// The rows of request `index` at `scale`: the scale's batch, except for the conv cause,
+    /// whose request is one spectrogram of 1 to [`CONV_LENGTHS`] frames (a row a frame), in a
+    /// fixed shuffled order: every one of the first 128 requests a length not seen before, the
+    /// longest first (so the heap meets its largest activations in the warm-up), and every
+    /// 32-row bucket among the first five.
+    pub fn rows(self, scale: Scale, index: u64) -> usize {
+        match self.conv() {
+            // 77 is odd, so `77 i mod 128` visits every residue once per 128 requests.
+            Some(_) => (CONV_LENGTHS - index.wrapping_mul(77) % CONV_LENGTHS) as usize,
+            None => scale.batch() as usize,
+        }
+    }
+
+    /// The most rows any of this variant's requests has: the service's `--max-batch`.
+    pub fn max_rows(self, scale: Scale) -> usize {
+        match self.conv() {
+            Some(_) => CONV_LENGTHS as usize,
+            None => scale.batch() as usize,
+        }
+    }
+
     fn mode_of(self, cause: Cause) -> Option<Mode> {
         match self {
+            Variant::Baseline | Variant::Seed if !Cause::SEED.contains(&cause) => None,
             Variant::Baseline => Some(Mode::Fixed),
             Variant::Seed => Some(Mode::Leaky),
             v if v.cause() == Some(cause) => Some(if v.is_leaky() {
@@ -194,6 +244,41 @@ mod tests {
                 Variant::Baseline.cache()
             ),
             (Mode::Fixed, Some(Mode::Fixed), Some(Mode::Fixed))
+        );
+        assert_eq!(
+            (
+                Variant::ConvLeaky.graph(),
+                Variant::ConvLeaky.refs(),
+                Variant::ConvLeaky.cache(),
+                Variant::ConvLeaky.conv()
+            ),
+            (Mode::Fixed, None, None, Some(Mode::Leaky))
+        );
+        assert_eq!(Variant::ConvFixed.conv(), Some(Mode::Fixed));
+        assert_eq!(
+            (Variant::Seed.conv(), Variant::Baseline.conv()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn conv_requests_are_every_length_once_and_every_bucket_early() {
+        let rows = |n: u64| (0..n).map(|i| Variant::ConvLeaky.rows(Scale::Default, i));
+        let mut first: Vec<usize> = rows(CONV_LENGTHS).collect();
+        first.sort_unstable();
+        assert_eq!(first, (1..=CONV_LENGTHS as usize).collect::<Vec<_>>());
+        assert_eq!(rows(1).next(), Some(128));
+        let mut buckets: Vec<usize> = rows(5).map(|r| r.div_ceil(32)).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        assert_eq!(buckets, [1, 2, 3, 4]);
+        assert_eq!(Variant::ConvFixed.max_rows(Scale::Default), 128);
+        assert_eq!(
+            (
+                Variant::Seed.rows(Scale::Seed, 3),
+                Variant::RefsLeaky.max_rows(Scale::Default)
+            ),
+            (512, 8)
         );
     }
 }

@@ -21,8 +21,7 @@ const INPUT_LIMIT: f64 = 50.0;
 const CACHE_BYTES: usize = 2 << 20; // FIX(cache) cache: the bound
 /// Requests the drift monitor averages over.
 const DRIFT_WINDOW: usize = 256;
-/// Payload summaries kept for the crash report.
-const LOG_LINES: usize = 256; // FIX(refs) hook: the log keeps lines of text, a bounded number
+const LOG_LINES: usize = 256; // FIX(refs) hook: the crash report's log keeps lines of text, a bounded number
 
 pub struct Service {
     /// Answers by input.

@@ -28,6 +28,13 @@ lifespan and websocket scope, to ``app`` untouched; on that path it does nothing
 ``stats`` also counts the HTTP requests handed to the application (started and answered: two
 integer increments on the request path), and says the collector's state and the threads alive.
 
+A server of several worker processes (``uvicorn --workers N``, gunicorn) has one middleware, and
+one count, per worker, and a request to ``stats`` reaches one of them. With ``workers_dir`` (or
+the ``LEAKLAB_WORKERS_DIR`` environment variable), as prometheus_client's multiprocess mode does,
+each worker's thread writes its counts and memory to ``DIR/PID.json`` every ``workers_period``
+seconds (nothing more on the request path), and ``stats`` adds ``workers``: the live workers'
+PIDs, and their requests and memory summed. ``leaklab watch`` reads the whole server from it.
+
 Only loopback clients are answered, unless ``allow_networks`` names others or the request
 carries the bearer ``token``. Every refusal and every bad request gets a JSON message and a 4xx,
 and changes nothing. Nothing this module does raises into the application.
@@ -36,6 +43,8 @@ and changes nothing. Nothing this module does raises into the application.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import hmac
 import importlib
 import io
@@ -76,6 +85,7 @@ __all__ = [
     "ProcessStats",
     "Requests",
     "StatsDoc",
+    "WorkersDoc",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -147,6 +157,16 @@ class Requests(TypedDict):
     answered: int  #: the application returned from (its answer sent); started minus answered: in flight or failed
 
 
+class WorkersDoc(TypedDict):
+    """The whole server: every live worker that writes to the shared ``workers_dir``, summed."""
+
+    dir: str
+    pids: list[int]  #: the live workers, sorted; one replaced is a restart to a watcher
+    requests: Requests  #: summed over ``pids``
+    process: ProcessStats  #: RSS and anonymous memory summed over ``pids``
+    oldest_seconds: float  #: the age of the oldest figures summed (at most a few ``workers_period``)
+
+
 class StatsDoc(TypedDict):
     """``GET {prefix}/stats``: cheap to produce (no census, no snapshot)."""
 
@@ -161,6 +181,7 @@ class StatsDoc(TypedDict):
     requests: Requests
     collector: CollectorState
     threads: ThreadsState
+    workers: WorkersDoc | None  #: None unless the workers share a folder (``workers_dir``)
 
 
 class _Answer(Exception):
@@ -201,6 +222,11 @@ class LeaklabDebug:
       would start after ``census_max_seconds`` skipped. It changes the process: opt in.
     - ``native_max_seconds``: serve ``POST native`` (0: off), memray's native allocation trace
       over a window up to this long (``?seconds=``, a ceiling; ``?requests=`` closes it sooner).
+    - ``workers_dir``: a folder the server's workers share (default: ``LEAKLAB_WORKERS_DIR``, else
+      off): each worker writes its counts and memory there every ``workers_period`` seconds
+      (0.5), from a thread, once it has served (a lifespan or a request), and ``stats`` sums the
+      live workers. Give each server its own empty folder, as prometheus_client's
+      ``PROMETHEUS_MULTIPROC_DIR``; a worker's file is removed when it exits.
     """
 
     def __init__(
@@ -220,6 +246,8 @@ class LeaklabDebug:
         snapshot_max_bytes: int = 1 << 30,
         allow_trim: bool = False,
         native_max_seconds: float = 0.0,
+        workers_dir: str | None = None,
+        workers_period: float = 0.5,
     ) -> None:
         if not prefix.startswith("/") or prefix.rstrip("/") == "":
             raise ValueError(f"prefix must be a path such as '/debug/leaklab', not {prefix!r}")
@@ -258,6 +286,12 @@ class LeaklabDebug:
             "trim": {"POST": self._trim},
             "native": {"POST": self._native},
         }
+        _check_range("workers_period", workers_period, 0.0, 60.0, exclusive_low=True)
+        self._serving = False  # set by the first lifespan scope: a worker, not a preloading master
+        self._workers: _Workers | None = None
+        folder = workers_dir if workers_dir is not None else os.environ.get("LEAKLAB_WORKERS_DIR") or None
+        if folder is not None:
+            self._workers = _Workers(self, folder, float(workers_period))
         if record_memory_history:
             self._history = _start_history(record_memory_history)
             if self._history["note"]:
@@ -271,6 +305,7 @@ class LeaklabDebug:
         # The only work on the request path: one type check, one prefix comparison and, for
         # HTTP, two increments.
         if scope["type"] != "http":
+            self._serving = True
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
@@ -430,7 +465,10 @@ class LeaklabDebug:
             requests=Requests(started=self.started, answered=self.answered),
             collector=collector_state(),
             threads=threads_state(),
+            workers=None,
         )
+        if self._workers is not None:
+            doc["workers"] = self._workers.summed(doc["process"])
         return 200, _json(doc), _JSON, []
 
     async def _native(self, query: dict[str, str]) -> _Response:
@@ -532,6 +570,121 @@ class LeaklabDebug:
             self._cuda_lock.release()
         self._history = HistoryState(recording=False, max_entries=None, since=None, note=None)
         return 200, _json(self._history), _JSON, []
+
+
+# --- the workers of one server ------------------------------------------------------------------
+
+
+class _Workers:
+    """This worker's figures in ``folder/PID.json``, written every ``period`` seconds from a daemon
+    thread (restarted in a forked child), and the live workers' figures summed."""
+
+    def __init__(self, agent: LeaklabDebug, folder: str, period: float) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.agent, self.folder, self.period = agent, os.path.abspath(folder), period
+        # A worker whose figures are older than this is gone, whatever its PID says (reused PIDs).
+        self.stale = max(30.0, 20 * period)
+        self._stop = threading.Event()
+        self._start()
+        os.register_at_fork(after_in_child=self._start)
+        atexit.register(self._remove)
+
+    def _path(self, pid: int) -> str:
+        return os.path.join(self.folder, f"{pid}.json")
+
+    def _start(self) -> None:
+        self.pid = os.getpid()
+        threading.Thread(target=self._loop, name="leaklab-workers", daemon=True).start()
+
+    def _loop(self) -> None:
+        pid = self.pid
+        while not self._stop.wait(self.period) and pid == os.getpid():
+            if self.agent._serving or self.agent.started:
+                try:
+                    self._write()
+                except OSError:
+                    log.exception("leaklab: writing this worker's figures to %s failed", self.folder)
+
+    def _figures(self) -> dict[str, Any]:
+        process = _process_stats()
+        return {
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "started": self.agent.started,
+            "answered": self.agent.answered,
+            "rss_bytes": process["rss_bytes"],
+            "anonymous_bytes": process["anonymous_bytes"],
+        }
+
+    def _write(self) -> None:
+        path = self._path(os.getpid())
+        with tempfile.NamedTemporaryFile("w", dir=self.folder, prefix=".tmp-", suffix=".json", delete=False) as f:
+            json.dump(self._figures(), f)
+        os.replace(f.name, path)
+
+    def _remove(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            os.unlink(self._path(os.getpid()))
+
+    def summed(self, mine: ProcessStats) -> WorkersDoc:
+        now, me = time.time(), os.getpid()
+        found: dict[int, dict[str, Any]] = {}
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            names = []
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if ext != "json" or not stem.isdigit() or int(stem) == me:
+                continue
+            try:
+                with open(os.path.join(self.folder, name)) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                continue  # removed, or being replaced: the next look sees it
+            if not isinstance(doc, dict) or now - float(doc.get("updated_at", 0)) > self.stale:
+                continue
+            if _alive(int(stem)):
+                found[int(stem)] = doc
+            else:  # a worker that exited without removing its file (killed): tidied here
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.folder, name))
+        # This worker's own figures are read now, not from its file.
+        found[me] = {
+            "updated_at": now,
+            "started": self.agent.started,
+            "answered": self.agent.answered,
+            "rss_bytes": mine["rss_bytes"],
+            "anonymous_bytes": mine["anonymous_bytes"],
+        }
+
+        def total(key: str) -> int | None:
+            values = [d.get(key) for d in found.values()]
+            ints = [v for v in values if isinstance(v, int)]
+            return sum(ints) if len(ints) == len(values) else None  # a worker without the figure: unknown
+
+        return WorkersDoc(
+            dir=self.folder,
+            pids=sorted(found),
+            requests=Requests(started=total("started") or 0, answered=total("answered") or 0),
+            process=ProcessStats(
+                rss_bytes=total("rss_bytes"),
+                anonymous_bytes=total("anonymous_bytes"),
+                source=f"the sum over {len(found)} workers of {mine['source']}",
+            ),
+            oldest_seconds=round(max(now - float(d["updated_at"]) for d in found.values()), 3),
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
 
 
 # --- helpers ----------------------------------------------------------------------------------------

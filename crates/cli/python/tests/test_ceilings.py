@@ -71,7 +71,7 @@ def test_the_history_ring_is_bounded_by_its_owner() -> None:
 def _late_from(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, bounds_of: Any) -> list[float]:
     """Make the census's time run out as ``owner.name`` starts: that phase must see it and stop.
 
-    Returns a list that gets the moment the time ran out.
+    Returns a list that gets the moment the time ran out, and the process's CPU time then.
     """
     original = getattr(owner, name)
     when: list[float] = []
@@ -79,7 +79,7 @@ def _late_from(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, bounds_of
     def late(*args: Any, **kwargs: Any) -> Any:
         bounds = bounds_of(*args, **kwargs)
         if not when:
-            when.append(time.perf_counter())
+            when.extend((time.perf_counter(), time.process_time()))
             bounds.deadline = bounds.walk_deadline = when[0]
         return original(*args, **kwargs)
 
@@ -123,19 +123,23 @@ def tensors_and_garbage() -> Any:
 def test_each_phase_keeps_the_deadline(
     monkeypatch: pytest.MonkeyPatch, tensors_and_garbage: Any, owner: Any, name: str, bounds_of: Any, says: str
 ) -> None:
+    cpu = time.process_time()
     full = census()
+    full_cpu = time.process_time() - cpu
     assert full["complete"] and full["totals"]["tensors"] >= 6000, full["stopped_early"]
     cycles = [h for h in full["holders"] if h["kind"] == "unreachable cycle"]
     assert sum(h["tensors"] for h in cycles) == 3000, cycles
     when = _late_from(monkeypatch, owner, name, bounds_of)
     cut = census(max_seconds=5)
-    overrun = time.perf_counter() - when[0]
+    overrun = time.process_time() - when[1]
     assert not cut["complete"]
     assert cut["stopped_early"] is not None and cut["stopped_early"].startswith("max_seconds: ")
     assert says in cut["stopped_early"], cut["stopped_early"]
-    print(f"{name}: {overrun * 1000:.1f} ms after the deadline (the full census: {full['seconds']:.3f} s)")
-    # One slice of work after the deadline, the lists given back and the document written.
-    assert overrun < 0.1 * full["seconds"], (overrun, full["seconds"])
+    print(f"{name}: {overrun * 1000:.1f} ms of CPU after the deadline (the full census: {full_cpu:.3f} s)")
+    # One slice of work after the deadline, the lists given back and the document written. In
+    # CPU time, not wall time: the suite shares its cores with other tests, and a wall clock
+    # counts the time this process waited for a core (a failure under a load of 10).
+    assert overrun < 0.1 * full_cpu, (overrun, full_cpu)
     assert cut["totals"]["tensors"] <= full["totals"]["tensors"]
 
 

@@ -342,6 +342,7 @@ impl std::fmt::Display for Reveal {
             Some(Cause::Graph) => "autograd graphs kept alive",
             Some(Cause::Refs) => "dangling references",
             Some(Cause::Cache) => "an uncollected cache",
+            Some(Cause::Conv) => "a native per-shape cache",
             None => "none, nothing leaked",
         };
         writeln!(f, "  Cause: {cause}. Runbook: {}.", i.runbook)?;

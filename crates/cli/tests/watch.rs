@@ -1,0 +1,583 @@
+//! `leaklab watch` against a real FastAPI service on loopback (crates/cli/python/tests/
+//! watch_service.py, leaklab's agent mounted) while an independent load generator, a plain thread
+//! of this test that the watch knows nothing of, sends requests at a varying rate with idle
+//! stretches. The watch sends none: it reads the agent's count and the memory. The leaky variant
+//! keeps 32 KiB a request: it must fail with its bytes per request within 10 % of that; the fixed
+//! one must pass; a restart must be a new run; two workers must be summed.
+
+mod common;
+
+use common::{leaklab, skip_missing, Service};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the leaky variant keeps a request: the buffer (`WATCH_KEEP`, 32 KiB). Its object header
+/// (33 B), malloc's chunk header (16 B) and the list's slot (8 B) add 0.2 %.
+const KEEP: f64 = 32768.0;
+
+/// The Python with fastapi, uvicorn and leaklab's agent (`cargo xtask test` sets it), or a skip.
+fn python(test: &str) -> Option<String> {
+    let Ok(python) = std::env::var("LEAKLAB_PYTHON") else {
+        skip_missing(
+            test,
+            "LEAKLAB_PYTHON (a Python with fastapi, uvicorn and leaklab)",
+        );
+        return None;
+    };
+    let ok = Command::new(&python)
+        .args([
+            "-c",
+            "import fastapi, uvicorn, leaklab.asgi as a; a.LeaklabDebug(None, workers_period=1)",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip_missing(
+            test,
+            "fastapi, uvicorn and a leaklab agent with workers_dir in LEAKLAB_PYTHON",
+        );
+        return None;
+    }
+    Some(python)
+}
+
+/// The test service of `variant` on `port` (0: any) with `workers` processes.
+fn service(
+    python: &str,
+    variant: &str,
+    port: u16,
+    workers: usize,
+    env: &[(&str, &Path)],
+) -> Service {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/watch_service.py");
+    let mut c = Command::new(python);
+    c.arg(script)
+        .args([
+            "--variant",
+            variant,
+            "--port",
+            &port.to_string(),
+            "--workers",
+            &workers.to_string(),
+        ])
+        .env("WATCH_WORKERS_PERIOD", "0.1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let service = Service::start(c);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !get_ok(&service.base, "/debug/leaklab/stats") {
+        assert!(
+            Instant::now() < deadline,
+            "{variant} did not answer within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    service
+}
+
+fn address(base: &str) -> &str {
+    base.trim_start_matches("http://")
+}
+
+/// One HTTP/1.1 exchange on its own connection; whether it answered 200.
+fn exchange(base: &str, request: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(address(base)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(b"HTTP/1.1 200")
+}
+
+fn get_ok(base: &str, path: &str) -> bool {
+    exchange(
+        base,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// The load generator: `(requests a second, seconds)` phases (0: idle), each request sent on a
+/// steady clock; the requests answered 200.
+fn load(base: &str, phases: &[(f64, f64)]) -> u64 {
+    let request =
+        "POST /work HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let mut answered = 0;
+    for &(rate, seconds) in phases {
+        let start = Instant::now();
+        if rate == 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            continue;
+        }
+        for i in 0..(rate * seconds) as u64 {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            answered += u64::from(exchange(base, request));
+        }
+    }
+    answered
+}
+
+/// Busy at 40, 100, 20 and 60 requests a second, with idle stretches between: 660 requests in 19 s.
+const PHASES: [(f64, f64); 7] = [
+    (40.0, 3.0),
+    (0.0, 2.5),
+    (100.0, 3.0),
+    (0.0, 2.5),
+    (20.0, 3.0),
+    (0.0, 2.0),
+    (60.0, 3.0),
+];
+
+/// `leaklab watch` started, then the load, then (with `interrupt`, a signal's name) the watch
+/// interrupted as Ctrl-C or a pod's stop would: its exit code, its JSON and the requests sent.
+fn watch_during(
+    args: &[&str],
+    out: &Path,
+    interrupt: Option<&str>,
+    drive: impl FnOnce() -> u64,
+) -> (i32, serde_json::Value, u64) {
+    let child = leaklab()
+        .arg("watch")
+        .args(args)
+        .args(["--json", "--out"])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500)); // the watch's first look, before any load
+    let sent = drive();
+    if let Some(signal) = interrupt {
+        std::thread::sleep(Duration::from_millis(600)); // the looks after the last request
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+    let done = child.wait_with_output().unwrap();
+    let report = serde_json::from_slice(&done.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&done.stderr)));
+    (done.status.code().unwrap_or(-1), report, sent)
+}
+
+/// Each run's series as judged, for a failing assertion's message.
+fn judged(report: &serde_json::Value) -> String {
+    let mut out = vec![report["diagnosis"].to_string()];
+    for run in report["runs"].as_array().into_iter().flatten() {
+        for s in run["series"].as_array().into_iter().flatten() {
+            let j = &s["judgement"];
+            out.push(format!(
+                "run {} {}: {} slope {} tail {} noise {} floor {}",
+                run["index"],
+                s["series"],
+                j["verdict"],
+                j["slope"],
+                j["tail_slope"],
+                j["noise_bytes"],
+                j["floor"]
+            ));
+        }
+    }
+    out.join("\n")
+}
+
+fn deciding_series<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    run["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["series"] == name)
+        .unwrap_or_else(|| panic!("no series {name} in {run}"))
+}
+
+fn bytes_per_request(series: &serde_json::Value) -> f64 {
+    series["judgement"]["slope"]["bytes_per_request"]
+        .as_f64()
+        .unwrap()
+}
+
+/// The watch of `variant` (one worker, by its PID and its agent) during [`PHASES`], for 21 s or
+/// until `interrupt`: exit code, report, the requests sent.
+fn watch_one(
+    test: &str,
+    variant: &str,
+    interrupt: Option<&str>,
+) -> Option<(i32, serde_json::Value, u64)> {
+    let python = python(test)?;
+    let dir = tempfile::tempdir().unwrap();
+    let s = service(&python, variant, 0, 1, &[]);
+    let agent = format!("{}/debug/leaklab", s.base);
+    let pid = s.pid();
+    let (code, report, sent) = watch_during(
+        &[
+            "--agent",
+            &agent,
+            "--pid",
+            &pid,
+            "--interval",
+            "200ms",
+            "--duration",
+            if interrupt.is_some() { "10m" } else { "21s" },
+            "--warmup",
+            "20",
+        ],
+        dir.path(),
+        interrupt,
+        || load(&s.base, &PHASES),
+    );
+    assert_eq!(
+        sent, 660,
+        "{variant}: every request of the generator answered"
+    );
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{variant}: no restart: {}", report["runs"]);
+    // The agent counted exactly what the generator sent (the watch sent nothing).
+    assert_eq!(runs[0]["requests"], sent, "{variant}");
+    assert!(dir.path().join("report.html").exists());
+    Some((code, report, sent))
+}
+
+#[test]
+fn a_leaky_service_fails_with_its_bytes_per_request() {
+    let Some((code, report, _)) = watch_one(
+        "a_leaky_service_fails_with_its_bytes_per_request",
+        "leaky",
+        Some("INT"),
+    ) else {
+        return;
+    };
+    // Ctrl-C keeps the report, and the exit code is the verdict so far.
+    assert_eq!(report["stop"], "interrupted");
+    assert_eq!(code, 1, "{}", judged(&report));
+    assert_eq!(report["outcome"], "fail");
+    let anonymous = deciding_series(&report["runs"][0], "anonymous");
+    assert_eq!(anonymous["judgement"]["verdict"], "leak");
+    let slope = bytes_per_request(anonymous);
+    assert!(
+        (slope - KEEP).abs() < 0.1 * KEEP,
+        "{slope} B a request, truth {KEEP}"
+    );
+    eprintln!("leaky: {slope:.0} B a request");
+}
+
+#[test]
+fn a_fixed_service_with_idle_stretches_passes() {
+    let Some((code, report, _)) =
+        watch_one("a_fixed_service_with_idle_stretches_passes", "fixed", None)
+    else {
+        return;
+    };
+    assert_eq!(code, 0, "{}", judged(&report));
+    assert_eq!(report["outcome"], "pass");
+    let run = &report["runs"][0];
+    let anonymous = deciding_series(run, "anonymous");
+    assert_ne!(anonymous["judgement"]["verdict"], "leak", "{anonymous}");
+    // Idle is not a leak: the idle stretches were judged, and nothing grew there.
+    let idle = run["idle"].as_array().unwrap();
+    assert!(
+        idle.iter()
+            .all(|f| f["judgement"].is_object() && f["ops"] != "fail"),
+        "{}",
+        run["idle"]
+    );
+    eprintln!("fixed: {:.0} B a request", bytes_per_request(anonymous));
+}
+
+#[test]
+fn memory_that_grows_by_the_clock_is_its_own_finding_per_hour() {
+    let Some((code, report, _)) = watch_one(
+        "memory_that_grows_by_the_clock_is_its_own_finding_per_hour",
+        "clock",
+        None,
+    ) else {
+        return;
+    };
+    // A buffer of 32 KiB every 0.1 s on a steady clock, requests or not.
+    let truth = KEEP * 10.0 * 3600.0;
+    assert_eq!(code, 1, "{}", judged(&report));
+    let run = &report["runs"][0];
+    let idle = run["idle"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["series"] == "anonymous")
+        .unwrap();
+    assert_eq!(idle["ops"], "fail", "{idle}");
+    let per_hour = idle["bytes_per_hour"][0].as_f64().unwrap();
+    assert!(
+        (per_hour - truth).abs() < 0.1 * truth,
+        "{per_hour} B an hour, truth {truth}"
+    );
+    // Not billed to the requests: the clock's rate is taken out before they are judged.
+    let anonymous = deciding_series(run, "anonymous");
+    assert_ne!(anonymous["judgement"]["verdict"], "leak", "{anonymous}");
+    assert!(report["diagnosis"]
+        .as_str()
+        .unwrap()
+        .contains("grows while no request arrives"));
+    eprintln!(
+        "clock: {per_hour:.0} B an hour idle, {:.0} B a request",
+        bytes_per_request(anonymous)
+    );
+}
+
+#[test]
+fn a_restart_is_said_and_judged_as_a_second_run() {
+    let Some(python) = python("a_restart_is_said_and_judged_as_a_second_run") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let first = service(&python, "leaky", port, 1, &[]);
+    let (base, old_pid) = (first.base.clone(), first.pid());
+    let agent = format!("{base}/debug/leaklab");
+    let mut first = Some(first);
+    let mut new_pid = String::new();
+    let (code, report, sent) = watch_during(
+        &[
+            "--agent",
+            &agent,
+            "--interval",
+            "100ms",
+            "--duration",
+            "22s",
+            "--warmup",
+            "20",
+        ],
+        dir.path(),
+        None,
+        || {
+            let mut sent = load(&base, &[(60.0, 6.0), (0.0, 1.0)]);
+            drop(first.take()); // killed: the service restarts on the same port
+            let second = service(&python, "leaky", port, 1, &[]);
+            new_pid = second.pid();
+            sent += load(&base, &[(60.0, 6.0), (0.0, 1.0)]);
+            drop(second);
+            sent
+        },
+    );
+    assert_eq!(sent, 720);
+    assert_eq!(code, 1, "{}", judged(&report));
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{}", report["runs"]);
+    assert_eq!(runs[1]["restart"]["kind"], "processes");
+    assert_eq!(runs[1]["restart"]["before"][0].to_string(), old_pid);
+    assert_eq!(runs[1]["restart"]["after"][0].to_string(), new_pid);
+    assert!(report["diagnosis"]
+        .as_str()
+        .unwrap()
+        .contains("restarted 1 time"));
+    for run in runs {
+        let s = deciding_series(run, "agent_anonymous");
+        let slope = bytes_per_request(s);
+        assert_eq!(s["ops"], "fail", "{run}");
+        assert!(
+            (slope - KEEP).abs() < 0.1 * KEEP,
+            "run {}: {slope} B a request",
+            run["index"]
+        );
+        eprintln!(
+            "run {}: {slope:.0} B a request over {} requests",
+            run["index"], run["requests"]
+        );
+    }
+}
+
+#[test]
+fn two_workers_are_summed_through_their_shared_folder() {
+    let Some(python) = python("two_workers_are_summed_through_their_shared_folder") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("workers");
+    let s = service(&python, "leaky", 0, 2, &[("LEAKLAB_WORKERS_DIR", &shared)]);
+    let agent = format!("{}/debug/leaklab", s.base);
+    // Both workers seen before the watch starts: the first has written its file.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(&shared).map_or(0, |d| d.count()) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the two workers wrote no file to {}",
+            shared.display()
+        );
+        get_ok(&s.base, "/debug/leaklab/stats");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, report, sent) = watch_during(
+        &[
+            "--agent",
+            &agent,
+            "--interval",
+            "200ms",
+            "--duration",
+            "21s",
+            "--warmup",
+            "20",
+        ],
+        &dir.path().join("out"),
+        None,
+        || load(&s.base, &PHASES),
+    );
+    assert_eq!(sent, 660);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{}", report["runs"]);
+    assert_eq!(
+        runs[0]["pids"].as_array().unwrap().len(),
+        2,
+        "{}",
+        runs[0]["pids"]
+    );
+    assert_eq!(runs[0]["requests"], sent, "the two workers' counts summed");
+    assert_eq!(code, 1, "{}", judged(&report));
+    let slope = bytes_per_request(deciding_series(&runs[0], "agent_anonymous"));
+    assert!(
+        (slope - KEEP).abs() < 0.1 * KEEP,
+        "{slope} B a request, truth {KEEP}"
+    );
+    eprintln!("two workers: {slope:.0} B a request over {sent} requests");
+}
+
+#[test]
+fn without_the_agent_the_count_is_the_services_prometheus_counter() {
+    let Some(python) = python("without_the_agent_the_count_is_the_services_prometheus_counter")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = service(&python, "leaky", 0, 1, &[]);
+    let metrics = format!("{}/metrics", s.base);
+    let pid = s.pid();
+    let (code, report, sent) = watch_during(
+        &[
+            "--metrics",
+            &metrics,
+            "--requests-series",
+            "watch_requests_total",
+            "--pid",
+            &pid,
+            "--interval",
+            "200ms",
+            "--duration",
+            "21s",
+            "--warmup",
+            "20",
+        ],
+        dir.path(),
+        None,
+        || load(&s.base, &PHASES),
+    );
+    assert_eq!(sent, 660);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{}", report["runs"]);
+    // The service's own counter counts /work only, not the watch's scrapes of /metrics.
+    assert_eq!(runs[0]["requests"], sent);
+    assert_eq!(code, 1, "{}", judged(&report));
+    let slope = bytes_per_request(deciding_series(&runs[0], "anonymous"));
+    assert!(
+        (slope - KEEP).abs() < 0.1 * KEEP,
+        "{slope} B a request, truth {KEEP}"
+    );
+    eprintln!("by the Prometheus counter: {slope:.0} B a request");
+}
+
+#[test]
+fn a_watch_without_a_request_count_or_memory_is_refused_before_it_starts() {
+    let out = leaklab()
+        .args([
+            "watch",
+            "--pid",
+            "1",
+            "--interval",
+            "100ms",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs the service's own request count"),
+        "{err}"
+    );
+    let out = leaklab()
+        .args([
+            "watch",
+            "--metrics",
+            "http://127.0.0.1:9/metrics",
+            "--pid",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--requests-series"), "{err}");
+    // An agent that is not there: said at the first look, exit 2, no watch of nothing.
+    let out = leaklab()
+        .args([
+            "watch",
+            "--agent",
+            "http://127.0.0.1:9/debug/leaklab",
+            "--interval",
+            "100ms",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the first look failed") && err.contains("does not answer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stopped_before_any_verdict_the_watch_keeps_its_report_and_exits_2() {
+    let Some(python) = python("stopped_before_any_verdict_the_watch_keeps_its_report_and_exits_2")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = service(&python, "fixed", 0, 1, &[]);
+    let agent = format!("{}/debug/leaklab", s.base);
+    // SIGTERM, as Kubernetes stops a sidecar, a second in: no request seen, no verdict yet.
+    let (code, report, _) = watch_during(
+        &[
+            "--agent",
+            &agent,
+            "--interval",
+            "100ms",
+            "--duration",
+            "10m",
+        ],
+        dir.path(),
+        Some("TERM"),
+        || {
+            std::thread::sleep(Duration::from_secs(1));
+            0
+        },
+    );
+    assert_eq!(code, 2, "{}", report["diagnosis"]);
+    assert_eq!(report["stop"], "interrupted");
+    assert_eq!(report["outcome"], "cannot_judge");
+    assert!(report["points"].as_array().unwrap().len() >= 5);
+    assert!(dir.path().join("report.html").exists());
+    assert!(dir.path().join("report.json").exists());
+}

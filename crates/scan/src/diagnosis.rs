@@ -1,0 +1,807 @@
+//! The diagnosis beyond a slope: the axis memory grows along (per request, per new input, per
+//! new thread, in another process), measured by the scan, and who owns it (a Python holder the
+//! census names, native memory, another process), with the mechanism and the fix where the
+//! evidence names them. General rules over measurements, not a table of known services.
+//!
+//! The axis comes from phases the scan drives apart: the judged requests, each a new input where
+//! the bodies differ (a folder of distinct bodies, or `--vary`), then a repeat phase that sends
+//! inputs already seen again. A cache keyed by input grows over the first and not over the
+//! second; a per-request leak grows over both. The process tree, read process by process, says
+//! which process grew and whether the threads grew with the memory.
+
+use crate::agent::{CensusDiff, Collector};
+use crate::tree::{ProcessGrowth, ThreadCount};
+use leaklab_detect::{NoisyJudgement, Slope, Verdict};
+use leaklab_report::human_bytes;
+use serde::{Deserialize, Serialize};
+
+/// The axis memory grows along, as measured (the zoo's vocabulary, lab/zoo/_zoo.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Axis {
+    /// Every request adds, repeats as much as new inputs.
+    PerRequest,
+    /// New inputs add, repeats do not: a cache keyed by input.
+    PerNewInput,
+    /// The memory grows with the threads alive.
+    PerNewThread,
+    /// A child process grows while the scanned process does not.
+    OtherProcess,
+    /// It grew and held, and the allocator returned it when the trim probe asked: memory kept
+    /// free by the allocator, not held by anything.
+    GivenBack,
+    /// Nothing grows.
+    None,
+    /// It grows, and the phases could not tell along what (said why in the words).
+    Undetermined,
+}
+
+impl Axis {
+    pub fn words(self) -> &'static str {
+        match self {
+            Axis::PerRequest => "per request",
+            Axis::PerNewInput => "per new input",
+            Axis::PerNewThread => "per new thread",
+            Axis::OtherProcess => "in another process",
+            Axis::GivenBack => "given back",
+            Axis::None => "none",
+            Axis::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// What the judged requests sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Inputs {
+    /// Each judged request a new input (distinct bodies, or `--vary`).
+    New,
+    /// One body, sent again and again.
+    Same,
+    /// A folder of fewer bodies than requests, cycled.
+    Cycled,
+}
+
+/// One phase's slope, on the series the axis is read from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub requests: usize,
+    pub verdict: Verdict,
+    pub slope: Slope,
+    pub rise_bytes: f64,
+}
+
+impl Phase {
+    pub fn of(j: &NoisyJudgement) -> Phase {
+        Phase {
+            requests: j.samples,
+            verdict: j.verdict,
+            slope: j.slope,
+            rise_bytes: j.rise_bytes,
+        }
+    }
+}
+
+/// The axis, with the figures it was read from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AxisReading {
+    pub axis: Axis,
+    /// It grew, then stopped within the judged requests (a capacity, the distinct inputs).
+    pub bounded: bool,
+    /// The series the axis is read from (the deciding one).
+    pub series: String,
+    pub inputs: Inputs,
+    /// Distinct inputs the scan had (bodies, or one varied per request).
+    pub distinct_inputs: usize,
+    /// The judged requests (new inputs where `inputs` is `new`).
+    pub judged: Phase,
+    /// The repeat phase: inputs already seen, sent again (`requests`: all it sent; its slope
+    /// over all but the first tenth).
+    pub repeats: Option<Phase>,
+    pub threads: Option<ThreadCount>,
+    /// Each process of the tree over the judged requests, the scanned one first.
+    pub processes: Vec<ProcessGrowth>,
+    /// The axis in a sentence, with its figures.
+    pub words: String,
+}
+
+/// Repeats that grow, at the most of their bound, less than this share of what new inputs add
+/// (and are not a leak themselves) make the growth per new input: most of it follows new inputs.
+pub const REPEAT_SHARE: f64 = 0.5;
+
+/// See `settled` in [`axis`].
+pub const SETTLED_SHARE: f64 = 0.01;
+
+/// Threads added over the judged requests that count as "the threads grow": at least 8, and one
+/// per 20 requests (a pool that starts a few workers lazily adds fewer).
+fn threads_grew(threads: Option<ThreadCount>, requests: usize) -> Option<u64> {
+    let t = threads?;
+    let added = t.last.saturating_sub(t.first);
+    (added >= 8 && added as f64 >= requests as f64 / 20.0).then_some(added)
+}
+
+fn signed(b: f64) -> String {
+    if b >= 0.0 {
+        format!("+{}", human_bytes(b))
+    } else {
+        human_bytes(b)
+    }
+}
+
+/// The axis from the phases. `judged`: the deciding series over the judged requests; `repeats`:
+/// the same series over the repeat phase (none where it did not run).
+pub fn axis(
+    series: &str,
+    judged: &NoisyJudgement,
+    inputs: Inputs,
+    distinct_inputs: usize,
+    repeats: Option<&NoisyJudgement>,
+    threads: Option<ThreadCount>,
+    processes: Vec<ProcessGrowth>,
+) -> AxisReading {
+    let per = judged.slope.bytes_per_request;
+    let bounded = judged.verdict == Verdict::Plateau;
+    let bound_words = if bounded {
+        format!(
+            "; it rose {} and stopped within the judged requests: bounded (a capacity, or the distinct inputs)",
+            signed(judged.rise_bytes)
+        )
+    } else {
+        String::new()
+    };
+    let child = processes
+        .iter()
+        .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
+    let root_grows = processes
+        .iter()
+        .any(|p| p.root && p.verdict == Some(Verdict::Leak));
+    // A plateau that rose less than this share of the memory is the service settling (pages
+    // first touched, pools filled): no axis. Measured on the zoo's fixed twins: rises of 0.03 to
+    // 0.64 % (0.16 to 2.23 MB); the smallest bounded cause, glibc's arenas, 1.53 % (9.6 MB).
+    let settled = judged.verdict == Verdict::Plateau
+        && judged.rise_bytes < SETTLED_SHARE * judged.first.1.max(1) as f64;
+    let (axis, words) = if let (Some(c), false) = (child, root_grows) {
+        let others = processes
+            .iter()
+            .filter(|p| p.root || (p.pid != c.pid && p.verdict == Some(Verdict::Leak)))
+            .map(ProcessGrowth::line);
+        let lines: Vec<String> = std::iter::once(c.line()).chain(others).collect();
+        (
+            Axis::OtherProcess,
+            format!("{}: the growth is in another process", lines.join(", ")),
+        )
+    } else if judged.verdict == Verdict::Flat {
+        (
+            Axis::None,
+            format!("{series} is flat over the judged requests"),
+        )
+    } else if settled {
+        (
+            Axis::None,
+            format!(
+                "{series} rose {} ({:.2} % of its {}) and stopped: the service settling, not growth",
+                signed(judged.rise_bytes),
+                100.0 * judged.rise_bytes / judged.first.1.max(1) as f64,
+                human_bytes(judged.first.1 as f64)
+            ),
+        )
+    } else if let (Some(added), true) = (
+        threads_grew(threads, judged.samples),
+        judged.slope.low > 0.0,
+    ) {
+        let t = threads.expect("threads_grew read them");
+        let per_thread = per * judged.samples as f64 / added as f64;
+        (
+            Axis::PerNewThread,
+            format!(
+                "{} per new thread: the threads alive went from {} to {} over {} requests while {series} grew {} a request",
+                signed(per_thread),
+                t.first,
+                t.last,
+                judged.samples,
+                signed(per)
+            ),
+        )
+    } else {
+        match (inputs, repeats) {
+            (Inputs::New, Some(r)) => {
+                let r_per = r.slope.bytes_per_request;
+                let figures = format!(
+                    "{} per new input, {} per repeat ({} new inputs, then {} repeats of inputs already seen judged)",
+                    signed(per),
+                    signed(r_per),
+                    judged.samples,
+                    r.samples
+                );
+                if r.verdict == Verdict::Leak {
+                    (Axis::PerRequest, format!("{figures}: repeats grow as new inputs do, so every request adds"))
+                } else if r.slope.high < REPEAT_SHARE * per {
+                    (Axis::PerNewInput, format!("{figures}: a cache keyed by input, bounded by the number of distinct inputs or by its capacity"))
+                } else {
+                    (Axis::Undetermined, format!("{figures}: the repeats' slope (bound {} .. {}) tells neither a per-request nor a per-input growth", human_bytes(r.slope.low), human_bytes(r.slope.high)))
+                }
+            }
+            (Inputs::New, None) => (
+                Axis::Undetermined,
+                format!("{} per new input; no repeat phase ran (the time limit, or the target failing), so repeats were not measured", signed(per)),
+            ),
+            (Inputs::Same, _) => (
+                Axis::PerRequest,
+                format!("{} a request, every request the same input: it grows per request, not per new input", signed(per)),
+            ),
+            (Inputs::Cycled, _) => (
+                Axis::PerRequest,
+                format!("{} a request over {distinct_inputs} bodies cycled: it grows on inputs already seen, so per request", signed(per)),
+            ),
+        }
+    };
+    AxisReading {
+        axis,
+        // Another process's growth is judged on its own (a leak there, by the rule above).
+        bounded: bounded && !matches!(axis, Axis::None | Axis::OtherProcess),
+        series: series.to_string(),
+        inputs,
+        distinct_inputs,
+        judged: Phase::of(judged),
+        repeats: repeats.map(Phase::of),
+        threads,
+        processes,
+        words: if matches!(axis, Axis::None | Axis::OtherProcess) {
+            words
+        } else {
+            format!("{words}{bound_words}")
+        },
+    }
+}
+
+/// How many times a bounded rise the allocator must return when asked for the growth to count
+/// as given back. The probe runs at the scan's end and returns every free byte the allocator
+/// kept, the warm-up's and the looks' as well as the judged requests', so a cache that churns
+/// returns about its own rise; memory nothing holds returns far more. Measured on the zoo
+/// (five runs each, 2026-12-05): a capped per-shape cache returned 0.99 to 1.16 times its judged
+/// rise, oneDNN's default cache 0.68 to 0.93 times (the axis, per new input, stands), glibc's
+/// arenas on pool threads 8.7 to 11 times.
+pub const GIVEN_BACK_SHARE: f64 = 2.0;
+
+/// A growth that stopped, all of which the trim probe's `malloc_trim(0)` returned, is the
+/// allocator keeping free memory (glibc's arenas), not a holder: the axis becomes `given-back`.
+/// The collector's share is garbage, not this (said as the probe's finding).
+pub fn given_back(axis: &mut AxisReading, trim: &crate::agent::Trim) {
+    // The probe trims the agent's process: growth elsewhere (a child, per-thread state) is not
+    // what it returns.
+    if !matches!(
+        axis.axis,
+        Axis::PerNewInput | Axis::PerRequest | Axis::Undetermined
+    ) {
+        return;
+    }
+    let returned = trim.allocator_returned() as f64;
+    let rise = axis.judged.rise_bytes;
+    if axis.bounded && rise > 0.0 && returned > 0.0 && returned < GIVEN_BACK_SHARE * rise {
+        axis.words = format!(
+            "{}; malloc_trim(0) returned {} when asked ({:.0} % of the rise, free memory the allocator kept), too little to say nothing holds the growth",
+            axis.words,
+            human_bytes(returned),
+            100.0 * returned / rise
+        );
+    }
+    if axis.bounded && rise > 0.0 && returned >= GIVEN_BACK_SHARE * rise {
+        axis.words = format!(
+            "it rose {} and held; malloc_trim(0) then returned {} ({:.0} % of the rise): the allocator kept free memory, nothing holds it (was: {})",
+            signed(rise),
+            human_bytes(returned),
+            100.0 * returned / rise,
+            axis.words
+        );
+        axis.axis = Axis::GivenBack;
+    }
+}
+
+/// Where the growing memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// Tensors reachable from a Python root the census names.
+    Python,
+    /// Not tensors reachable from Python: a library's cache, the allocator, per-thread state.
+    Native,
+    /// A child process of the scanned one.
+    OtherProcess,
+    /// Nothing grows.
+    None,
+    /// Not told apart: without the agent's census the scan cannot tell Python from native.
+    Unknown,
+}
+
+/// Who owns the growth, the mechanism and the fix, as far as the evidence goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerReading {
+    pub owner: Owner,
+    /// The census's holder that grew most, from its root.
+    pub holder: Option<String>,
+    /// The census's bytes a request over the scan's (the deciding series').
+    pub census_share: Option<f64>,
+    pub words: String,
+    pub mechanism: String,
+    /// The change that fixes it: a knob, a call, a code change.
+    pub fix: String,
+    /// The process state that explains a cause (the collector disabled).
+    pub findings: Vec<String>,
+}
+
+/// The census's kind for tensors it reached from no Python referrer (leaklab/_unreached.py).
+pub const NATIVE_KIND: &str = "native";
+
+/// The smallest share of the growth a census must hold for the owner to be Python: a holder
+/// of less than a quarter is beside the point (the rest is elsewhere).
+pub const PYTHON_SHARE: f64 = 0.25;
+
+/// The owner from the axis, the census and the collector's state.
+pub fn owner(
+    axis: &AxisReading,
+    census: Option<&CensusDiff>,
+    collector: Option<&Collector>,
+) -> OwnerReading {
+    let mut findings = Vec::new();
+    let gc_off = collector.is_some_and(|c| !c.enabled);
+    if gc_off {
+        findings.push("gc is disabled in the process (gc.disable()): reference cycles are never collected, whatever they hold".to_string());
+    }
+    let per = axis.judged.slope.bytes_per_request;
+    // Tensors the census found held from native code (no Python referrer) are not Python's:
+    // Python's share is what every tensor gained less those.
+    let held = census.map(|c| c.total_bytes as f64 / c.steps.max(1) as f64);
+    let native_held = census.map_or(0.0, |c| {
+        c.grown
+            .iter()
+            .filter(|g| g.kind == NATIVE_KIND)
+            .map(|g| g.bytes.max(0) as f64)
+            .sum::<f64>()
+            / c.steps.max(1) as f64
+    });
+    let share = held
+        .filter(|_| per > 0.0)
+        .map(|h| (h - native_held).max(0.0) / per);
+    let top = census.and_then(|c| c.grown.iter().find(|g| g.kind != NATIVE_KIND));
+    let reading = |owner, words: String, mechanism: &str, fix: &str| OwnerReading {
+        owner,
+        holder: top.map(|g| g.holder.clone()),
+        census_share: share,
+        words,
+        mechanism: mechanism.to_string(),
+        fix: fix.to_string(),
+        findings: findings.clone(),
+    };
+    let share_words = |held: f64| {
+        format!(
+            "the census holds {} of {} a request",
+            human_bytes(held.max(0.0)),
+            human_bytes(per)
+        )
+    };
+    match axis.axis {
+        Axis::None => reading(Owner::None, "nothing grows".into(), "none", "none needed"),
+        Axis::OtherProcess => {
+            let child = axis
+                .processes
+                .iter()
+                .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
+            let who = child.map_or("a child process".into(), |c| {
+                format!("child process {} ({})", c.pid, c.command)
+            });
+            reading(
+                Owner::OtherProcess,
+                format!("{who}: the service process's own memory is flat, so a census inside it finds nothing"),
+                "a worker process of the service keeps what the requests give it",
+                &format!("look inside that process: leaklab scan --pid {} (its census, where it serves the agent)", child.map_or(0, |c| c.pid)),
+            )
+        }
+        _ => match (census, held, share) {
+            (Some(_), Some(held), Some(s)) if top.is_some() && s >= PYTHON_SHARE => {
+                let holder = top.expect("a Python holder grew");
+                let mechanism = if gc_off {
+                    "reference cycles kept because the collector is disabled"
+                } else {
+                    "a Python holder reachable from a root keeps what each request leaves"
+                };
+                let fix = if gc_off {
+                    "gc.enable() (or gc.collect() on a schedule), or break the cycle".to_string()
+                } else {
+                    format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", holder.holder)
+                };
+                reading(
+                    Owner::Python,
+                    format!("{}: `{}` ({}) grew most", share_words(held), holder.holder, holder.kind),
+                    mechanism,
+                    &fix,
+                )
+            }
+            (Some(_), Some(held), _) => {
+                let (mechanism, fix) = if native_held >= PYTHON_SHARE * per && per > 0.0 {
+                    ("tensors kept alive from native code with no Python referrer (a C++ reference cycle, such as an autograd graph that holds its own input after backward(create_graph=True))", "break the cycle where the tensors are made (for create_graph, clear the inputs' .grad or use torch.autograd.grad with inputs=), and --native names the allocating stacks")
+                } else {
+                    native_mechanism(axis.axis)
+                };
+                let from_native = if native_held > 0.0 {
+                    format!(
+                        " ({} of it held from native code, no Python referrer)",
+                        human_bytes(native_held)
+                    )
+                } else {
+                    String::new()
+                };
+                reading(
+                    Owner::Native,
+                    format!("{}{from_native}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)", share_words(held)),
+                    mechanism,
+                    fix,
+                )
+            }
+            _ => reading(
+                Owner::Unknown,
+                "Python or native: not told apart without the agent's census (mount it and scan with --agent)".into(),
+                "not named without the agent",
+                "scan again with --agent to name the owner",
+            ),
+        },
+    }
+}
+
+/// What native growth along `axis` usually is, and what to do about it; the native trace
+/// (`--native`) names the stacks where the agent allows it.
+fn native_mechanism(axis: Axis) -> (&'static str, &'static str) {
+    match axis {
+        Axis::PerNewInput => (
+            "a native cache keyed by input (a per-shape kernel cache such as oneDNN's primitive cache or cuDNN's plan cache, a tokenizer's cache)",
+            "bucket or pad inputs to a few shapes, or cap the cache (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT); --native names the allocating stacks",
+        ),
+        Axis::PerNewThread => (
+            "native per-thread state kept by every thread that ran the model (allocator arenas, thread-local caches)",
+            "run the model on a fixed pool of threads, not a thread per request (MALLOC_ARENA_MAX bounds glibc's arenas)",
+        ),
+        Axis::GivenBack => (
+            "the allocator keeps freed memory for reuse (glibc's arenas, one per thread that allocates)",
+            "nothing leaks; to return it: malloc_trim(0) after bursts, MALLOC_ARENA_MAX=2, or a pinned M_MMAP_THRESHOLD",
+        ),
+        _ => (
+            "native memory kept per request, reachable from no Python tensor",
+            "--native (the agent's native trace) names the allocating stacks",
+        ),
+    }
+}
+
+/// The report's first lines: verdict, axis, owner, mechanism, fix.
+pub fn first_lines(verdict: &str, axis: &AxisReading, owner: &OwnerReading) -> Vec<String> {
+    let mut axis_words = axis.axis.words().to_string();
+    if axis.bounded {
+        axis_words.push_str(", bounded");
+    }
+    let mut lines = vec![
+        format!("verdict:   {verdict}"),
+        format!("axis:      {axis_words}: {}", axis.words),
+        format!("owner:     {}: {}", kebab(owner.owner), owner.words),
+    ];
+    if axis.axis != Axis::None {
+        lines.push(format!("mechanism: {}", owner.mechanism));
+        lines.push(format!("fix:       {}", owner.fix));
+    }
+    lines.extend(owner.findings.iter().map(|f| format!("finding:   {f}")));
+    lines
+}
+
+/// A serde name as JSON writes it ("per-new-input").
+pub fn kebab<T: Serialize>(value: T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leaklab_detect::{judge_noisy, NoisyConfig, Sample};
+
+    fn judged(per: impl Fn(u64) -> i64, n: u64) -> NoisyJudgement {
+        let s: Vec<Sample> = (0..n)
+            .map(|i| {
+                (
+                    i,
+                    300_000_000 + per(i) + ((i * 2_654_435_761) % 30_000) as i64,
+                )
+            })
+            .collect();
+        let mut config = NoisyConfig::new(0);
+        config.quantum_bytes = crate::HOST_NOISE_FLOOR;
+        judge_noisy(&s, &config).unwrap()
+    }
+
+    #[test]
+    fn new_inputs_that_grow_and_repeats_that_do_not_are_a_cache_keyed_by_input() {
+        let new = judged(|i| 200_000 * i as i64, 300);
+        let flat = judged(|_| 0, 150);
+        let a = axis(
+            "anonymous",
+            &new,
+            Inputs::New,
+            400,
+            Some(&flat),
+            None,
+            vec![],
+        );
+        assert_eq!((a.axis, a.bounded), (Axis::PerNewInput, false), "{a:?}");
+        assert!(a.words.contains("per repeat"), "{}", a.words);
+        // A cache that filled within the new inputs: per new input, bounded.
+        let filled = judged(|i| 200_000 * i.min(120) as i64, 300);
+        let b = axis(
+            "anonymous",
+            &filled,
+            Inputs::New,
+            400,
+            Some(&flat),
+            None,
+            vec![],
+        );
+        assert_eq!((b.axis, b.bounded), (Axis::PerNewInput, true), "{b:?}");
+        // Repeats that grow as new inputs do: per request.
+        let again = judged(|i| 200_000 * i as i64, 150);
+        let c = axis(
+            "anonymous",
+            &new,
+            Inputs::New,
+            400,
+            Some(&again),
+            None,
+            vec![],
+        );
+        assert_eq!(c.axis, Axis::PerRequest);
+        // Repeats that settle a little (not a leak, far under half): still per new input.
+        let settling = judged(|i| 20_000 * i.min(40) as i64, 150);
+        let g = axis(
+            "anonymous",
+            &new,
+            Inputs::New,
+            400,
+            Some(&settling),
+            None,
+            vec![],
+        );
+        assert_eq!(g.axis, Axis::PerNewInput, "{}", g.words);
+        // Repeats that rose as fast as new inputs, then stopped: neither, said so.
+        let halfway = judged(|i| 200_000 * i.min(100) as i64, 150);
+        assert_ne!(halfway.verdict, Verdict::Leak);
+        let h = axis(
+            "anonymous",
+            &new,
+            Inputs::New,
+            400,
+            Some(&halfway),
+            None,
+            vec![],
+        );
+        assert_eq!(h.axis, Axis::Undetermined, "{}", h.words);
+        // The same body every time: per request, without a repeat phase.
+        let d = axis("anonymous", &new, Inputs::Same, 1, None, None, vec![]);
+        assert_eq!(d.axis, Axis::PerRequest);
+        // Nothing grows: none, whatever else.
+        let e = axis("anonymous", &flat, Inputs::New, 400, None, None, vec![]);
+        assert_eq!((e.axis, e.bounded), (Axis::None, false));
+        // New inputs with no repeat phase: not guessed.
+        let f = axis("anonymous", &new, Inputs::New, 400, None, None, vec![]);
+        assert_eq!(f.axis, Axis::Undetermined);
+    }
+
+    #[test]
+    fn a_small_rise_that_stopped_is_settling_and_one_the_allocator_returns_is_given_back() {
+        // +1.2 MB on 300 MB (0.4 %), then flat: the service settling, no axis.
+        let settling = judged(|i| 4_000 * i.min(300) as i64, 600);
+        assert_eq!(settling.verdict, Verdict::Plateau, "{settling:?}");
+        let a = axis("rss", &settling, Inputs::Same, 1, None, None, vec![]);
+        assert_eq!((a.axis, a.bounded), (Axis::None, false), "{}", a.words);
+        assert!(a.words.contains("settling"), "{}", a.words);
+        // +30 MB (10 %), then flat over new inputs, repeats flat.
+        let filled = judged(|i| 200_000 * i.min(150) as i64, 400);
+        let flat = judged(|_| 0, 150);
+        let trim = |returned: i64| crate::agent::Trim {
+            malloc_trim: crate::agent::TrimShare {
+                given_back_bytes: Some(returned),
+            },
+            ..Default::default()
+        };
+        let mut kept = axis(
+            "anonymous",
+            &filled,
+            Inputs::New,
+            400,
+            Some(&flat),
+            None,
+            vec![],
+        );
+        given_back(&mut kept, &trim(35_000_000));
+        assert_eq!(
+            kept.axis,
+            Axis::PerNewInput,
+            "about the rise returned: a churning cache"
+        );
+        assert!(kept.words.contains("too little to say"), "{}", kept.words);
+        let mut freed = axis(
+            "anonymous",
+            &filled,
+            Inputs::New,
+            400,
+            Some(&flat),
+            None,
+            vec![],
+        );
+        given_back(&mut freed, &trim(250_000_000));
+        assert_eq!(
+            (freed.axis, freed.bounded),
+            (Axis::GivenBack, true),
+            "{}",
+            freed.words
+        );
+        // A leak (not bounded) is never given back, whatever the allocator had free.
+        let leak = judged(|i| 200_000 * i as i64, 400);
+        let mut leaking = axis(
+            "anonymous",
+            &leak,
+            Inputs::New,
+            400,
+            Some(&flat),
+            None,
+            vec![],
+        );
+        given_back(&mut leaking, &trim(500_000_000));
+        assert_eq!(leaking.axis, Axis::PerNewInput);
+    }
+
+    #[test]
+    fn tensors_held_from_native_code_are_not_python_s_share() {
+        use crate::agent::{CensusDiff, Growth};
+        let grew = judged(|i| 36_000 * i as i64, 300);
+        let a = axis("anonymous", &grew, Inputs::Same, 1, None, None, vec![]);
+        let census = CensusDiff {
+            steps: 100,
+            grown: vec![Growth {
+                holder: "held from native code (no Python referrer)".into(),
+                kind: NATIVE_KIND.into(),
+                bytes: 2_100_000,
+                bytes_per_step: 21_000.0,
+                tensors: 100,
+                graph_nodes: 0,
+                bytes_after: 0,
+                shapes: vec![],
+            }],
+            total_bytes: 2_100_000,
+            total_tensors: 100,
+            total_graph_nodes: 0,
+            census_seconds: (0.1, 0.1),
+            notes: vec![],
+        };
+        let o = owner(&a, Some(&census), None);
+        assert_eq!(o.owner, Owner::Native, "{}", o.words);
+        assert!(o.words.contains("held from native code"), "{}", o.words);
+        assert!(
+            o.mechanism.contains("no Python referrer"),
+            "{}",
+            o.mechanism
+        );
+    }
+
+    #[test]
+    fn threads_that_grow_with_the_memory_and_a_child_that_grows_alone_are_their_own_axes() {
+        let new = judged(|i| 740_000 * i as i64, 300);
+        let threads = Some(ThreadCount {
+            first: 14,
+            last: 314,
+        });
+        let a = axis("anonymous", &new, Inputs::Same, 1, None, threads, vec![]);
+        assert_eq!(a.axis, Axis::PerNewThread);
+        // 740 kB a request, one thread a request: 740 kB a thread (the floor's slope, ±0.1 %).
+        assert!(
+            a.words.starts_with("+739.")
+                && a.words.contains("kB per new thread")
+                && a.words.contains("from 14 to 314"),
+            "{}",
+            a.words
+        );
+        // A pool that started 4 workers: not the threads' axis.
+        let few = Some(ThreadCount {
+            first: 14,
+            last: 18,
+        });
+        assert_eq!(
+            axis("anonymous", &new, Inputs::Same, 1, None, few, vec![]).axis,
+            Axis::PerRequest
+        );
+        let process = |pid, root, verdict| ProcessGrowth {
+            pid,
+            command: "python worker.py".into(),
+            root,
+            verdict: Some(verdict),
+            measure: "anonymous".into(),
+            bytes_per_request: if verdict == Verdict::Leak {
+                8900.0
+            } else {
+                10.0
+            },
+            bound: 100.0,
+            rise_bytes: 0.0,
+        };
+        let tree = vec![
+            process(10, true, Verdict::Flat),
+            process(11, false, Verdict::Leak),
+        ];
+        let b = axis("anonymous", &new, Inputs::Same, 1, None, None, tree.clone());
+        assert_eq!(b.axis, Axis::OtherProcess);
+        assert!(
+            b.words
+                .contains("child process 11 (python worker.py) +8.90 kB"),
+            "{}",
+            b.words
+        );
+        let o = owner(&b, None, None);
+        assert_eq!(o.owner, Owner::OtherProcess);
+        // Both growing: the service itself leaks, the child's line is evidence only.
+        let both = vec![
+            process(10, true, Verdict::Leak),
+            process(11, false, Verdict::Leak),
+        ];
+        assert_eq!(
+            axis("anonymous", &new, Inputs::Same, 1, None, None, both).axis,
+            Axis::PerRequest
+        );
+    }
+
+    #[test]
+    fn the_owner_is_python_only_where_the_census_holds_a_real_share_and_gc_off_is_said() {
+        use crate::agent::{CensusDiff, Growth};
+        let new = judged(|i| 16_384 * i as i64, 300);
+        let a = axis("anonymous", &new, Inputs::Same, 1, None, None, vec![]);
+        let census = |per_step: i64| CensusDiff {
+            steps: 100,
+            grown: vec![Growth {
+                holder: "app.state.kept".into(),
+                kind: "module global".into(),
+                bytes: per_step * 100,
+                bytes_per_step: per_step as f64,
+                tensors: 100,
+                graph_nodes: 0,
+                bytes_after: 0,
+                shapes: vec![],
+            }],
+            total_bytes: per_step * 100,
+            total_tensors: 100,
+            total_graph_nodes: 0,
+            census_seconds: (0.1, 0.1),
+            notes: vec![],
+        };
+        let python = owner(&a, Some(&census(16_000)), None);
+        assert_eq!(python.owner, Owner::Python);
+        assert_eq!(python.holder.as_deref(), Some("app.state.kept"));
+        let small = owner(&a, Some(&census(1_000)), None);
+        assert_eq!(
+            small.owner,
+            Owner::Native,
+            "6 % held by Python is not its owner"
+        );
+        assert!(
+            small.words.starts_with("the census holds 1.00 kB of 16.3"),
+            "{}",
+            small.words
+        );
+        assert_eq!(owner(&a, None, None).owner, Owner::Unknown);
+        let off = Collector {
+            enabled: false,
+            ..Collector::default()
+        };
+        let cycles = owner(&a, Some(&census(16_000)), Some(&off));
+        assert!(cycles.findings[0].contains("gc is disabled"));
+        assert!(cycles.fix.starts_with("gc.enable()"));
+        let lines = first_lines("FAIL (leak)", &a, &cycles);
+        assert!(lines[0].starts_with("verdict:") && lines[1].starts_with("axis:      per request"));
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("finding:   gc is disabled")));
+    }
+}

@@ -1,0 +1,255 @@
+//! The process tree process by process: each process's anonymous memory and every thread
+//! alive, read beside the summed series, so the diagnosis can say which process grew ("child
+//! process 1234 (`python … worker`) +8.9 kB a request, this process +0") and whether memory
+//! follows the thread count.
+
+use leaklab_detect::{judge_noisy, NoisyConfig, Sample, Verdict};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One look at the tree: its threads in all, each process's anonymous bytes, and, where asked,
+/// each child's private dirty bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TreeReading {
+    pub threads: u64,
+    pub anonymous: Vec<(u32, u64)>,
+    pub private: Vec<(u32, u64)>,
+}
+
+/// Reads the tree under `root` now (`leaklab_proc::resident`, the cheap `status` where the
+/// kernel sums it exactly). A process gone between the listing and its read is left out.
+/// `private`: also each child's `Private_Dirty` (its `smaps_rollup`, a walk of its mappings):
+/// a forked worker's copy-on-write faults turn shared pages private without changing its
+/// resident or anonymous sums, so only this shows a worker copying its parent's memory.
+pub fn read(root: u32, private: bool) -> Option<TreeReading> {
+    let mut reading = TreeReading::default();
+    for pid in leaklab_proc::process_tree(root) {
+        let (Ok(memory), Ok(threads)) = (leaklab_proc::resident(pid), leaklab_proc::threads(pid))
+        else {
+            continue;
+        };
+        reading.threads += threads;
+        reading.anonymous.push((pid, memory.anonymous));
+        if private && pid != root {
+            if let Some(dirty) = private_dirty(pid) {
+                reading.private.push((pid, dirty));
+            }
+        }
+    }
+    (!reading.anonymous.is_empty()).then_some(reading)
+}
+
+/// `Private_Dirty:` of `/proc/PID/smaps_rollup`, in bytes.
+fn private_dirty(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Private_Dirty:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// A process's command line, cut to `max` characters (`[name]` for a kernel thread or a
+/// process gone).
+pub fn command_line(pid: u32, max: usize) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let words: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    let line = if words.is_empty() {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| format!("[{}]", c.trim()))
+            .unwrap_or_else(|_| "[gone]".into())
+    } else {
+        words.join(" ")
+    };
+    if line.chars().count() <= max {
+        line
+    } else {
+        format!("{}…", line.chars().take(max - 1).collect::<String>())
+    }
+}
+
+/// One process of the tree over the judged requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessGrowth {
+    pub pid: u32,
+    pub command: String,
+    /// The process the scan was given (`--pid`); the others are its descendants.
+    pub root: bool,
+    /// `None` where it was alive for too few of the judged samples to judge.
+    pub verdict: Option<Verdict>,
+    /// What was judged: `anonymous` memory, or a child's `private dirty` memory where that
+    /// grows and its anonymous memory does not (copy-on-write).
+    #[serde(default)]
+    pub measure: String,
+    pub bytes_per_request: f64,
+    /// Half the width of the slope's bound.
+    pub bound: f64,
+    pub rise_bytes: f64,
+}
+
+impl ProcessGrowth {
+    /// `child process 1234 (python worker.py) +8.90 kB a request (leak)`.
+    pub fn line(&self) -> String {
+        let who = if self.root {
+            format!("this process {}", self.pid)
+        } else {
+            format!("child process {} ({})", self.pid, self.command)
+        };
+        let growth = match self.verdict {
+            None => "too briefly alive to judge".to_string(),
+            Some(v) => format!(
+                "{}{} ± {} {} a request ({v})",
+                if self.bytes_per_request >= 0.0 {
+                    "+"
+                } else {
+                    ""
+                },
+                leaklab_report::human_bytes(self.bytes_per_request),
+                leaklab_report::human_bytes(self.bound),
+                self.measure
+            ),
+        };
+        format!("{who} {growth}")
+    }
+}
+
+/// The threads of the tree over the judged requests.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThreadCount {
+    /// At the first judged sample, and at the last.
+    pub first: u64,
+    pub last: u64,
+}
+
+/// Each process judged over the samples at or past `warmup` (its anonymous memory, on the host
+/// series' noise floor), the root first, then by pid; and the tree's threads at the ends.
+pub fn judge(
+    root: u32,
+    readings: &[(u64, TreeReading)],
+    warmup: u64,
+    floor: f64,
+) -> (Vec<ProcessGrowth>, Option<ThreadCount>) {
+    let judged: Vec<&(u64, TreeReading)> = readings.iter().filter(|(x, _)| *x >= warmup).collect();
+    let threads = match (judged.first(), judged.last()) {
+        (Some(a), Some(b)) => Some(ThreadCount {
+            first: a.1.threads,
+            last: b.1.threads,
+        }),
+        _ => None,
+    };
+    let mut series: BTreeMap<u32, Vec<Sample>> = BTreeMap::new();
+    let mut private: BTreeMap<u32, Vec<Sample>> = BTreeMap::new();
+    for (x, reading) in &judged {
+        for &(pid, bytes) in &reading.anonymous {
+            series.entry(pid).or_default().push((*x, bytes as i64));
+        }
+        for &(pid, bytes) in &reading.private {
+            private.entry(pid).or_default().push((*x, bytes as i64));
+        }
+    }
+    let mut config = NoisyConfig::new(0);
+    config.quantum_bytes = config.quantum_bytes.max(floor);
+    let mut processes: Vec<ProcessGrowth> = series
+        .into_iter()
+        .map(|(pid, samples)| {
+            let anonymous = judge_noisy(&samples, &config).ok();
+            let dirty = private.get(&pid).and_then(|p| judge_noisy(p, &config).ok());
+            // The private dirty memory speaks where it leaks and the anonymous memory does not.
+            let leaks = |j: &Option<leaklab_detect::NoisyJudgement>| {
+                j.as_ref().is_some_and(|j| j.verdict == Verdict::Leak)
+            };
+            let (measure, judgement) = if !leaks(&anonymous) && leaks(&dirty) {
+                ("private dirty", dirty)
+            } else {
+                ("anonymous", anonymous)
+            };
+            ProcessGrowth {
+                pid,
+                command: command_line(pid, 60),
+                root: pid == root,
+                verdict: judgement.as_ref().map(|j| j.verdict),
+                measure: measure.to_string(),
+                bytes_per_request: judgement
+                    .as_ref()
+                    .map_or(0.0, |j| j.slope.bytes_per_request),
+                bound: judgement.as_ref().map_or(0.0, |j| j.slope.half_width()),
+                rise_bytes: judgement.as_ref().map_or(0.0, |j| j.rise_bytes),
+            }
+        })
+        .collect();
+    processes.sort_by_key(|p| (!p.root, p.pid));
+    (processes, threads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_reads_with_its_threads_and_a_child_that_grows_is_told_apart() {
+        let me = std::process::id();
+        let now = read(me, true).expect("this process reads");
+        assert!(now.threads >= 1 && now.anonymous[0].0 == me, "{now:?}");
+        assert!(
+            now.private.is_empty(),
+            "the root's private memory is not read"
+        );
+        assert!(private_dirty(me).is_some_and(|b| b > 0));
+        assert!(read(u32::MAX - 1, false).is_none());
+        assert!(!command_line(me, 200).is_empty());
+        // The root flat, a child climbing 16 kB a request: each judged on its own.
+        let readings: Vec<(u64, TreeReading)> = (0..200u64)
+            .map(|x| {
+                (
+                    x,
+                    TreeReading {
+                        threads: 10 + x / 100,
+                        anonymous: vec![(7, 300 << 20), (me, (50 << 20) + 16_384 * x)],
+                        private: vec![(me, (10 << 20) + 16_384 * x)],
+                    },
+                )
+            })
+            .collect();
+        let (processes, threads) = judge(7, &readings, 20, 65_536.0);
+        assert_eq!(processes[0].pid, 7, "the root first");
+        assert_eq!(processes[0].verdict, Some(Verdict::Flat));
+        assert_eq!(processes[1].verdict, Some(Verdict::Leak));
+        assert!((processes[1].bytes_per_request - 16_384.0).abs() < 1.0);
+        assert!(processes[1]
+            .line()
+            .starts_with(&format!("child process {me} (")));
+        assert_eq!(processes[1].measure, "anonymous");
+        // Copy-on-write: the child's anonymous memory flat, its private dirty memory climbing.
+        let cow: Vec<(u64, TreeReading)> = (0..200u64)
+            .map(|x| {
+                (
+                    x,
+                    TreeReading {
+                        threads: 10,
+                        anonymous: vec![(7, 300 << 20), (me, 50 << 20)],
+                        private: vec![(me, (10 << 20) + 65_536 * x)],
+                    },
+                )
+            })
+            .collect();
+        let (processes, _) = judge(7, &cow, 20, 65_536.0);
+        assert_eq!(
+            (processes[1].verdict, processes[1].measure.as_str()),
+            (Some(Verdict::Leak), "private dirty")
+        );
+        assert_eq!(
+            threads,
+            Some(ThreadCount {
+                first: 10,
+                last: 11
+            })
+        );
+    }
+}

@@ -1,0 +1,518 @@
+//! `leaklab watch`: a watch of a service in production that sends it no request.
+//!
+//! Every interval it looks at the service's own request count (the agent's `stats`, summed over
+//! its workers, or the service's Prometheus counter) and its memory (the process tree, the
+//! cgroup, the GPU, or the agent's figures), for a duration from minutes to days. The looks are
+//! cut into runs at each restart ([`judge::runs`]); each run's memory is judged per request by
+//! the scan's detector on the looks where the count moved, and apart from that per hour while no
+//! request arrives ([`judge`]). A live line says the verdict so far; the end, Ctrl-C or SIGTERM
+//! keeps the report (report.html, JSON, plots). On a leak, with the agent, it takes the tensor
+//! census (and on CUDA the snapshot) at the end. Exit codes as the scan's: 0 pass, 1 fail, 2 no
+//! verdict yet.
+
+pub mod judge;
+pub mod report;
+pub mod sample;
+
+use anyhow::{bail, Context, Result};
+use judge::{IdleFinding, Judging, RunResult};
+use leaklab_detect::budget::{Budget, Named};
+use leaklab_report::{human_bytes, human_duration, Outcome};
+use leaklab_scan::agent::Census;
+use leaklab_scan::signals::{Kind, Signal};
+use sample::{Counter, Point, Sampler};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Every flag of `leaklab watch`, as given (`leaklab watch --help` says what each means).
+pub struct WatchCommand {
+    pub agent: Option<String>,
+    pub metrics: Option<String>,
+    pub requests_series: Option<String>,
+    /// Memory gauges read from `metrics`.
+    pub series: Vec<String>,
+    pub pid: Option<u32>,
+    pub cgroup: Option<PathBuf>,
+    pub gpu: bool,
+    pub interval: Duration,
+    pub duration: Duration,
+    pub warmup: u64,
+    pub until_confident: bool,
+    pub min_requests: u64,
+    pub capacity: Option<u64>,
+    pub rate: Option<f64>,
+    pub budget: Option<Named>,
+    pub fail_if_oom_within: Option<Duration>,
+    pub http: leaklab_client::ClientOptions,
+    /// Draw no live line (for `--json`).
+    pub quiet: bool,
+}
+
+/// Why the watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// `--duration` ran out.
+    Duration,
+    /// `--until-confident`: every verdict is one more looks cannot change.
+    Confident,
+    /// Ctrl-C or SIGTERM: the verdict so far.
+    Interrupted,
+    /// Nothing could be read for a long while (the service is gone).
+    Gone,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stop::Duration => "the duration ran out",
+            Stop::Confident => "the verdict became confident (--until-confident)",
+            Stop::Interrupted => "interrupted (Ctrl-C or SIGTERM): the verdict so far",
+            Stop::Gone => "nothing could be read for 60 looks in a row: the service is gone",
+        })
+    }
+}
+
+/// What `leaklab watch` answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WatchReport {
+    /// The agent's base, or the metrics endpoint.
+    pub target: String,
+    pub outcome: Outcome,
+    /// Which memory grows, per request or while idle, and what to do.
+    pub diagnosis: String,
+    pub stop: Stop,
+    pub seconds: f64,
+    pub interval_seconds: f64,
+    /// Looks that failed (the service restarting, a timeout), not in `points`.
+    pub missed_looks: usize,
+    pub warmup: u64,
+    /// `None`: no budget, so any leak proven fails; times to OOM at each run's own rate.
+    pub budget: Option<Budget>,
+    pub runs: Vec<RunResult>,
+    /// The run that decides: the first that fails, else the last judged.
+    pub deciding: Option<usize>,
+    /// With the agent, on a leak: its tensor census at the end, largest holders first.
+    pub census: Option<Census>,
+    /// With the agent on CUDA, on a leak: the snapshot pickle written beside the report.
+    pub snapshot_file: Option<String>,
+    #[serde(skip)]
+    pub snapshot: Option<Vec<u8>>,
+    pub notes: Vec<String>,
+    /// Every look, for another analysis.
+    pub points: Vec<Point>,
+}
+
+/// Seconds of looks that may fail in a row before the watch says the service is gone.
+const GONE_AFTER_LOOKS: usize = 60;
+
+impl WatchCommand {
+    fn counter(&self) -> Result<Counter> {
+        Ok(
+            match (&self.agent, &self.metrics, &self.requests_series) {
+                (Some(_), Some(_), _) => bail!("give --agent or --metrics as the request count, not both"),
+                (Some(base), None, None) => Counter::Agent(base.trim_end_matches('/').to_string()),
+                (Some(_), None, Some(_)) => bail!("--requests-series names a counter in --metrics: give --metrics URL (or the agent alone)"),
+                (None, Some(url), Some(series)) => Counter::Metrics {
+                    url: url.clone(),
+                    series: series.clone(),
+                },
+                (None, Some(_), None) => bail!("--metrics needs the counter of requests to read: --requests-series http_requests_total"),
+                (None, None, _) => bail!("the watch judges bytes per request, so it needs the service's own request count: give --agent BASE (leaklab's agent in the service) or --metrics URL --requests-series NAME"),
+            },
+        )
+    }
+
+    fn signals(&self) -> Result<Vec<Signal>> {
+        let mut signals = Vec::new();
+        if let Some(pid) = self.pid {
+            signals.push(Signal::Process { pid });
+            if self.gpu {
+                signals.push(Signal::gpu(pid)?);
+            }
+        } else if self.gpu {
+            bail!("--gpu watches a process: give its --pid too");
+        }
+        if let Some(dir) = &self.cgroup {
+            signals.push(Signal::cgroup(dir)?);
+        }
+        if !self.series.is_empty() && self.metrics.is_none() {
+            bail!("--series reads memory gauges from a metrics endpoint: give --metrics URL too");
+        }
+        if signals.is_empty() && self.agent.is_none() && self.series.is_empty() {
+            bail!("no memory to watch: give --pid, --cgroup, --series (with --metrics), or --agent (its figures)");
+        }
+        Ok(signals)
+    }
+}
+
+/// `leaklab watch`: checks the flags, opens the sources, and watches on its own runtime.
+pub fn run(cmd: WatchCommand) -> Result<WatchReport> {
+    let budget = leaklab_scan::command::budget(cmd.rate, cmd.budget, cmd.fail_if_oom_within)?;
+    if cmd.interval < Duration::from_millis(10) {
+        bail!("--interval must be 10ms or more");
+    }
+    if cmd.duration < cmd.interval {
+        bail!("--duration must be at least one --interval");
+    }
+    let counter = cmd.counter()?;
+    let signals = cmd.signals()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let client = cmd.http.build()?;
+    let sampler = Sampler {
+        client,
+        counter,
+        signals,
+        gauges: cmd.series.clone(),
+        kinds: BTreeMap::new(),
+    };
+    runtime.block_on(watch(&cmd, sampler, budget))
+}
+
+/// The capacity of each kind of memory: the user's, else what a signal knows, else the
+/// machine's memory for host series.
+fn capacities(cmd: &WatchCommand, signals: &[Signal]) -> BTreeMap<&'static str, Option<u64>> {
+    let known = |k: Kind| {
+        signals
+            .iter()
+            .filter_map(Signal::capacity)
+            .find(|(kk, _)| *kk == k)
+            .map(|(_, c)| c)
+    };
+    BTreeMap::from([
+        (
+            "host",
+            cmd.capacity
+                .or_else(|| known(Kind::Host).or_else(leaklab_proc::mem_total)),
+        ),
+        ("gpu", cmd.capacity.or_else(|| known(Kind::Gpu))),
+        ("other", cmd.capacity),
+    ])
+}
+
+fn class(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Host | Kind::CpuTensors => "host",
+        Kind::Gpu | Kind::TorchAllocated | Kind::TorchReserved => "gpu",
+        Kind::Other => "other",
+    }
+}
+
+/// Every run judged.
+fn judge_all(
+    points: &[Point],
+    kinds: &BTreeMap<String, Kind>,
+    capacity: &BTreeMap<&'static str, Option<u64>>,
+    warmup: u64,
+    budget: Option<Budget>,
+) -> Vec<RunResult> {
+    let capacity_of = |k: Kind| capacity.get(class(k)).copied().flatten();
+    let judging = Judging {
+        warmup,
+        budget,
+        kinds,
+        capacity: &capacity_of,
+    };
+    judge::runs(points)
+        .iter()
+        .enumerate()
+        .map(|(i, r)| judge::judge_run(i + 1, r, &judging))
+        .collect()
+}
+
+/// The live line: requests seen, the deciding series' slope and bound, time to OOM, the verdict.
+fn live_line(runs: &[RunResult], missed: usize) -> String {
+    let Some(run) = runs.last() else {
+        return "no look yet".into();
+    };
+    let mut parts = vec![format!(
+        "run {}: {} requests ({:.1}/s)",
+        run.index, run.requests, run.requests_per_second
+    )];
+    let deciding = run
+        .series
+        .iter()
+        .find(|s| s.ops.is_some_and(|o| o.fails()))
+        .or_else(|| run.series.iter().find(|s| s.judgement.is_some()));
+    match deciding.and_then(|s| s.judgement.as_ref().map(|j| (s, j))) {
+        Some((s, j)) => {
+            parts.push(format!(
+                "{} {} {}/request [{} .. {}]",
+                s.series,
+                j.verdict,
+                human_bytes(j.slope.bytes_per_request),
+                human_bytes(j.slope.low),
+                human_bytes(j.slope.high)
+            ));
+            if let Some(t) = s.seconds_to_oom {
+                parts.push(format!("OOM in {}", human_duration(t)));
+            }
+        }
+        None => parts.push("too few requests to judge yet".into()),
+    }
+    if let Some(f) = run.idle.iter().find(|f| f.fails()) {
+        if let Some((rate, _, _)) = f.bytes_per_hour {
+            parts.push(format!("idle growth {}/h", human_bytes(rate)));
+        }
+    }
+    if runs.len() > 1 {
+        parts.push(format!("{} restarts", runs.len() - 1));
+    }
+    if missed > 0 {
+        parts.push(format!("{missed} looks missed"));
+    }
+    let so_far = outcome(runs);
+    parts.push(format!("so far: {}", so_far.answer()));
+    parts.join(" | ")
+}
+
+fn outcome(runs: &[RunResult]) -> Outcome {
+    if runs.iter().any(RunResult::fails) {
+        Outcome::Fail
+    } else if runs.iter().any(RunResult::judged) {
+        Outcome::Pass
+    } else {
+        Outcome::CannotJudge
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM (a pod being stopped).
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn watch(
+    cmd: &WatchCommand,
+    mut sampler: Sampler,
+    budget: Option<Budget>,
+) -> Result<WatchReport> {
+    let target = match &sampler.counter {
+        Counter::Agent(base) => base.clone(),
+        Counter::Metrics { url, .. } => url.clone(),
+    };
+    let mut notes = Vec::new();
+    // The first look must succeed: a wrong address, a refused token or a bad PID is said now.
+    let started = Instant::now();
+    let first = sampler
+        .look(0.0, &mut notes)
+        .await
+        .context("the first look failed, so nothing can be watched")?;
+    if first.memory.is_empty() {
+        bail!("the first look read no memory series");
+    }
+    let capacity = capacities(cmd, &sampler.signals);
+    let mut points = vec![first];
+    let bar = progress(cmd.quiet, cmd.duration);
+    let mut clock = tokio::time::interval(cmd.interval);
+    clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    clock.tick().await; // the first tick is now: the first look is taken
+    let (mut missed, mut failing) = (0usize, 0usize);
+    let mut runs = Vec::new();
+    let stop_signal = interrupted();
+    tokio::pin!(stop_signal);
+    let stop = loop {
+        tokio::select! {
+            _ = &mut stop_signal => break Stop::Interrupted,
+            _ = clock.tick() => {}
+        }
+        let t = started.elapsed().as_secs_f64();
+        match sampler.look(t, &mut notes).await {
+            Ok(p) => {
+                failing = 0;
+                points.push(p);
+            }
+            Err(e) => {
+                missed += 1;
+                failing += 1;
+                let note = format!("a look failed ({e:#}); the watch goes on");
+                if notes.len() < 20
+                    && !notes
+                        .iter()
+                        .any(|n| n.starts_with(&note[..note.len().min(40)]))
+                {
+                    notes.push(format!("at {t:.0} s: {note}"));
+                }
+                if failing >= GONE_AFTER_LOOKS {
+                    break Stop::Gone;
+                }
+            }
+        }
+        runs = judge_all(&points, &sampler.kinds, &capacity, cmd.warmup, budget);
+        bar.set_position(started.elapsed().as_secs().min(cmd.duration.as_secs()));
+        bar.set_message(live_line(&runs, missed));
+        if cmd.until_confident {
+            if let Some(run) = runs.last() {
+                if run.confident() && run.requests >= cmd.warmup + cmd.min_requests {
+                    break Stop::Confident;
+                }
+            }
+        }
+        if started.elapsed() >= cmd.duration {
+            break Stop::Duration;
+        }
+    };
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    if runs.is_empty() {
+        runs = judge_all(&points, &sampler.kinds, &capacity, cmd.warmup, budget);
+    }
+    let outcome = outcome(&runs);
+    let deciding = runs
+        .iter()
+        .position(RunResult::fails)
+        .or_else(|| runs.iter().rposition(RunResult::judged));
+    // On a leak, with the agent: who holds it now, and on CUDA the snapshot.
+    let (mut census, mut snapshot) = (None, None);
+    if let (Outcome::Fail, Counter::Agent(base)) = (outcome, &sampler.counter) {
+        match leaklab_scan::agent::fetch(&sampler.client, base).await {
+            Ok(c) => census = Some(c),
+            Err(e) => notes.push(format!(
+                "no census from the agent at the end, so no holder named: {e:#}"
+            )),
+        }
+        snapshot = cuda_snapshot(&sampler.client, base, &mut notes).await;
+    }
+    let diagnosis = diagnose(&runs, deciding, census.as_ref());
+    Ok(WatchReport {
+        target,
+        outcome,
+        diagnosis,
+        stop,
+        seconds,
+        interval_seconds: cmd.interval.as_secs_f64(),
+        missed_looks: missed,
+        warmup: cmd.warmup,
+        budget,
+        runs,
+        deciding,
+        census,
+        snapshot_file: snapshot.as_ref().map(|_| "snapshot.pickle".to_string()),
+        snapshot,
+        notes,
+        points,
+    })
+}
+
+/// The agent's CUDA snapshot, where the service uses CUDA (409 otherwise, said as a note).
+async fn cuda_snapshot(
+    client: &reqwest::Client,
+    base: &str,
+    notes: &mut Vec<String>,
+) -> Option<Vec<u8>> {
+    let url = format!("{base}/snapshot");
+    let response = match client
+        .get(&url)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            notes.push(format!(
+                "no CUDA snapshot: {}",
+                leaklab_client::describe(&e)
+            ));
+            return None;
+        }
+    };
+    let status = response.status();
+    let body = response.bytes().await.ok()?.to_vec();
+    if status == reqwest::StatusCode::CONFLICT {
+        return None; // no CUDA in the service: the census alone names the holders
+    }
+    if !status.is_success() {
+        notes.push(format!("no CUDA snapshot: {url} answered {status}"));
+        return None;
+    }
+    Some(body)
+}
+
+fn diagnose(runs: &[RunResult], deciding: Option<usize>, census: Option<&Census>) -> String {
+    let Some(run) = deciding.map(|i| &runs[i]) else {
+        return "No run has enough looks at distinct request counts to judge yet.".into();
+    };
+    let growing: Vec<_> = run
+        .series
+        .iter()
+        .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
+        .collect();
+    let mut text = leaklab_scan::verdict::diagnose(&growing, census.is_some());
+    let idle: Vec<&IdleFinding> = runs
+        .iter()
+        .flat_map(|r| &r.idle)
+        .filter(|f| f.fails())
+        .collect();
+    if let Some(f) = idle.first() {
+        if let Some((rate, low, high)) = f.bytes_per_hour {
+            let per_request = growing
+                .iter()
+                .any(|(_, v)| *v == leaklab_detect::Verdict::Leak);
+            if !per_request {
+                text = "No memory grows per request.".into();
+            }
+            text.push_str(&format!(
+                " Memory grows while no request arrives: {} {}/hour (bound {} .. {}) over {} idle: a leak by the clock (a background thread, a timer, a cache filled by time), not by requests.",
+                f.series,
+                human_bytes(rate),
+                human_bytes(low),
+                human_bytes(high),
+                human_duration(f.idle_seconds)
+            ));
+        }
+    }
+    if let Some(top) = census.and_then(|c| c.holders.first()) {
+        text.push_str(&format!(
+            " The agent's census at the end: the largest holder is {} ({}, {} tensors, {}).",
+            top.holder,
+            top.kind,
+            top.tensors,
+            human_bytes(top.held_bytes() as f64)
+        ));
+    }
+    if runs.len() > 1 {
+        text.push_str(&format!(
+            " The service restarted {} time(s) during the watch; each run is judged apart.",
+            runs.len() - 1
+        ));
+    }
+    text
+}
+
+fn progress(quiet: bool, duration: Duration) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(duration.as_secs().max(1)),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("watch [{bar:20}] {pos}/{len} s {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("watch");
+    bar
+}
