@@ -50,10 +50,12 @@ does not trim the pool threads' arenas' tops): too close to a false alarm for a 
 The fixed variant now also pins the mmap threshold (``mallopt``): flat, 0.1-0.2 kB a request.
 Figures and commands: docs/zoo.md.
 
-AXIS (added 2026-12-06): in one run of the zoo's test beside the rest of CI, the climb was over
-within the warm-up (the judged window rose +774 kB, 0.13 % of its level): the scan read nothing
-growing (axis none, settled), which the zoo's check accepts for a predicted given-back; a growth
-the scan sees and the trim probe does not return still disagrees.
+AXIS (added 2026-12-06): three full zoo runs read given back (a rise of +8.35 MB, then
+malloc_trim(0) returned 89.08 MB); two later runs, the zoo's test beside the rest of CI and
+`cargo xtask run-lab --zoo` on a fresh clone, found the climb over within the warm-up (the judged
+window rose +774 kB, 0.13 % of its level) and read nothing growing (axis none, settled). The
+zoo's check accepts none for a predicted given-back; a growth the scan sees and the trim probe
+does not return still disagrees.
 BUDGET (added after the runs): measured at 5 requests a second, the budget is now one a
 second (1 GiB, a day): every service here creeps ~1-2 kB a request, which a day at 5 a
 second fails; the outcomes above are the same under the new budget (docs/zoo.md).
