@@ -163,9 +163,10 @@ def batch_body(
     }
 
 
-def serve(app: Any, label: str, port: int = 0) -> None:
+def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) -> None:
     """Serve ``app`` on loopback, printing ``listening on http://127.0.0.1:PORT`` first (the
-    line leaklab's tests and the zoo driver wait for), with leaklab's agent mounted."""
+    line leaklab's tests and the zoo driver wait for), with leaklab's agent mounted (its
+    native trace allowed for ``native_max_seconds``, off at 0)."""
     import uvicorn
 
     try:
@@ -181,7 +182,9 @@ def serve(app: Any, label: str, port: int = 0) -> None:
 
     # allow_trim: the zoo's scans ask the trim probe (--trim) whether a growth that held is the
     # allocator's to give back (the diagnosis's given-back axis); it runs after all they measure.
-    app.add_middleware(LeaklabDebug, allow_trim=True)
+    app.add_middleware(
+        LeaklabDebug, allow_trim=True, native_max_seconds=native_max_seconds
+    )
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it each answer waits ~40 ms on Nagle and the client's delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

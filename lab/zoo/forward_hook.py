@@ -36,7 +36,8 @@ MEASURED afterwards (the scan, 400 judged requests after 50, the budget above; s
 with --agent and two without, 2026-12-05): leaky FAIL 8/8, anonymous memory 17.3 to 27.5 kB a
 request (17.3 to 17.8 in seven runs; the low end of the 20-70 kB predicted), the census naming
 ``perturbation_hook.<locals>.hook -> cell 'noise'`` at +16.38 kB a request in five runs of six
-(in one it found the hooks by another path and, the name changed, over-counted: docs/zoo.md);
+(in one it found the hooks by another path and, the name changed, over-counted; since the
+diff matches holders by the object they are, six runs of six read 16.38 kB: docs/zoo.md);
 fixed PASS 8/8, 0.06 to 0.09 kB a request, no holder grew.
 The pytest plugin's leak_check fails it too (+16,384 B of tensors a call;
 lab/zoo/test_zoo_plugin.py).

@@ -1,6 +1,6 @@
 """Serve one cause of the zoo, list them all, or write an entry's request bodies.
 
-    python lab/zoo/serve.py CAUSE --variant leaky|fixed [--port 0]
+    python lab/zoo/serve.py CAUSE --variant leaky|fixed [--port 0] [--native-seconds S]
     python lab/zoo/serve.py --list                   # every ENTRY as JSON, for the driver
     python lab/zoo/serve.py CAUSE --bodies DIR [--count N]   # the bodies the scan sends
 
@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--bodies", metavar="DIR")
     parser.add_argument("--count", type=int)
+    # The agent's native trace (memray), off unless asked: the longest window it may trace.
+    parser.add_argument("--native-seconds", type=float, default=0.0)
     args = parser.parse_args()
     if args.list:
         print(to_json([m.ENTRY.describe() for m in causes().values()]))
@@ -57,7 +59,12 @@ def main() -> None:
         write_bodies(entry, args.bodies, args.count)
         return
     os.environ.update(entry.env.get(args.variant, {}))
-    serve(module.make_app(args.variant), f"{entry.name}-{args.variant}", args.port)
+    serve(
+        module.make_app(args.variant),
+        f"{entry.name}-{args.variant}",
+        args.port,
+        native_max_seconds=args.native_seconds,
+    )
 
 
 def write_bodies(entry: Entry, folder: str, count: int | None) -> None:

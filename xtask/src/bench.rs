@@ -67,8 +67,9 @@ fn python_pickled_snapshots(torch: &Torch) -> Result<Vec<String>> {
     Ok(files)
 }
 
-/// The middleware's cost per request and the census's time and pause, written where `leaklab
-/// bench` reads them (target/criterion/agent/census.json).
+/// The middleware's cost per request, the census's time and pause, and the native trace's
+/// window, written where `leaklab bench` reads them (target/criterion/agent/census.json and
+/// native.json).
 fn agent_costs(torch: &Torch) -> Result<()> {
     let out = workspace_root().join("target/criterion/agent");
     std::fs::create_dir_all(&out)?;
@@ -83,5 +84,16 @@ fn agent_costs(torch: &Torch) -> Result<()> {
         String::from_utf8_lossy(&output.stderr)
     );
     std::fs::write(out.join("census.json"), output.stdout)?;
+    let output = torch
+        .python_command("the native trace's bench")?
+        .arg("crates/cli/python/bench/native_window.py")
+        .output()
+        .context("run native_window.py")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "native_window.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(out.join("native.json"), output.stdout)?;
     Ok(())
 }

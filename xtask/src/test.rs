@@ -284,8 +284,12 @@ fn rust_tests(torch: &Torch, runner: Runner, wheel: &Path, args: &[String]) -> R
         Runner::Nextest => {
             // The GPU binary is left out by the profile's default-filter, which bounds any
             // filter given here (filtersets on the command line are a union).
+            // A slot per core for the tests that keep one busy (the `busy` test group in
+            // .config/nextest.toml) and one more for the watch's, which mostly wait.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             tests
                 .args(["nextest", "run", "--no-fail-fast"])
+                .arg(format!("--test-threads={}", cores + 1))
                 .args(NEXTEST_TARGETS)
                 .args(SELECTION)
                 .args(args);

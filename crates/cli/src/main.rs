@@ -8,6 +8,7 @@
 //! - `leaklab scan URL --pid N`: a leak verdict and a time to OOM for any running HTTP service;
 //!   `leaklab scan --prometheus URL --query Q`: the same for every pod of a fleet, from Prometheus.
 //! - `leaklab judge`: the verdict on series measured elsewhere (the pytest plugin's).
+//! - `leaklab census-diff`: which holders grew between two tensor censuses (the agent's).
 //!
 //! The lab's own commands (run-lab, soak, bench) are the `leaklab-lab` binary (crates/runner).
 
@@ -60,7 +61,17 @@ enum Command {
     /// uses: a JSON document of samples and censuses in, the outcome and who holds it out.
     /// Exit 0 pass, 1 fail, 2 cannot judge.
     Judge(JudgeArgs),
+    /// Which holders of tensors grew between two tensor censuses of one process (the agent's
+    /// `GET /debug/leaklab/tensors`, or `leaklab.census.census()`), by the diff `scan --agent`
+    /// and the pytest plugin use. A holder reached by another path is the same holder. Exit 0.
+    #[command(after_help = CENSUS_DIFF_EXAMPLES)]
+    CensusDiff(CensusDiffArgs),
 }
+
+const CENSUS_DIFF_EXAMPLES: &str = "Examples:
+  curl -s localhost:8000/debug/leaklab/tensors > before.json   # then send 500 requests
+  curl -s localhost:8000/debug/leaklab/tensors > after.json
+  leaklab census-diff before.json after.json --steps 500";
 
 const SCAN_EXAMPLES: &str = "Examples:
   leaklab scan http://127.0.0.1:8000/predict --body request.json --pid 4242
@@ -77,8 +88,9 @@ const WATCH_EXAMPLES: &str = "Examples:
 #[derive(Args)]
 struct WatchArgs {
     /// The base of leaklab's agent in the service, e.g. http://127.0.0.1:8000/debug/leaklab:
-    /// its request count (summed over workers that share a folder) and, without --pid or
-    /// --cgroup, its memory figures.
+    /// its request count (summed over workers that share a folder), without --pid or --cgroup
+    /// its memory figures, and its tensor census at the start and on a leak at the end (who
+    /// holds it).
     #[arg(long, value_name = "BASE", help_heading = "The request count")]
     agent: Option<String>,
     /// Without the agent: the service's Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics...
@@ -91,7 +103,8 @@ struct WatchArgs {
     /// service's new process is followed.
     #[arg(long, help_heading = "What to watch")]
     pid: Option<u32>,
-    /// Watch this cgroup folder (v1 or v2 memory controller).
+    /// Watch this cgroup folder (v1 or v2 memory controller); without --agent or --pid, its
+    /// processes are the serving ones, so one replaced inside it is a restart.
     #[arg(long, help_heading = "What to watch")]
     cgroup: Option<PathBuf>,
     /// Watch the GPU memory of --pid through NVML.
@@ -609,6 +622,26 @@ struct JudgeArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct CensusDiffArgs {
+    /// The first census (a `leaklab.census/1` document), or - for stdin.
+    before: PathBuf,
+    /// The second census, of the same process.
+    after: PathBuf,
+    /// Requests or calls between the two censuses (the growth is also said per step).
+    #[arg(long, default_value_t = 1)]
+    steps: u64,
+    /// What a step is, in the text.
+    #[arg(long, default_value = "request")]
+    step: String,
+    /// Grown holders listed in the text (the JSON has them all).
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print the difference as JSON (every grown holder, the totals, the notes).
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Scan(a) => scan(*a),
@@ -617,6 +650,11 @@ fn main() -> ExitCode {
         Command::Judge(a) => finish(
             "judge",
             leaklab_scan::judge::judge_file(&a.input),
+            &Output::stdout(a.json),
+        ),
+        Command::CensusDiff(a) => finish(
+            "census-diff",
+            leaklab_scan::agent::diff_files(&a.before, &a.after, a.steps, &a.step, a.top),
             &Output::stdout(a.json),
         ),
     }

@@ -380,6 +380,7 @@ mod hostile {
                     saved_tensors: 0,
                     saved_bytes: 0,
                 },
+                identity: None,
             })
             .collect();
         let totals = Totals {

@@ -8,9 +8,9 @@
 mod common;
 
 use common::{leaklab, skip_missing, Service};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,8 +62,30 @@ fn service(
     workers: usize,
     env: &[(&str, &Path)],
 ) -> Service {
+    service_in(None, python, variant, port, workers, env)
+}
+
+/// [`service`], started inside the cgroup `group` where given: a shell writes itself into the
+/// cgroup's `cgroup.procs`, then becomes the service (`exec`), so all its memory is charged there.
+fn service_in(
+    group: Option<&Path>,
+    python: &str,
+    variant: &str,
+    port: u16,
+    workers: usize,
+    env: &[(&str, &Path)],
+) -> Service {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/watch_service.py");
-    let mut c = Command::new(python);
+    let mut c = match group {
+        Some(dir) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                .arg(dir.join("cgroup.procs"))
+                .arg(python);
+            c
+        }
+        None => Command::new(python),
+    };
     c.arg(script)
         .args([
             "--variant",
@@ -146,7 +168,8 @@ const PHASES: [(f64, f64); 7] = [
     (60.0, 3.0),
 ];
 
-/// `leaklab watch` started, then the load, then (with `interrupt`, a signal's name) the watch
+/// `leaklab watch` started, then the load once it says its first look is taken (after the
+/// census at the start, with the agent), then (with `interrupt`, a signal's name) the watch
 /// interrupted as Ctrl-C or a pod's stop would: its exit code, its JSON and the requests sent.
 fn watch_during(
     args: &[&str],
@@ -154,7 +177,7 @@ fn watch_during(
     interrupt: Option<&str>,
     drive: impl FnOnce() -> u64,
 ) -> (i32, serde_json::Value, u64) {
-    let child = leaklab()
+    let mut child = leaklab()
         .arg("watch")
         .args(args)
         .args(["--json", "--out"])
@@ -163,7 +186,29 @@ fn watch_during(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500)); // the watch's first look, before any load
+    // Its stderr read by a thread: the line that says the first look is taken, then the rest.
+    let (looking, first_look) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("the first look is taken") {
+                let _ = looking.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    // The census at the start imports nothing, whether the service has imported torch or not.
+    if first_look.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "the watch took no first look within 60 s: {}",
+            reader.join().unwrap()
+        );
+    }
     let sent = drive();
     if let Some(signal) = interrupt {
         std::thread::sleep(Duration::from_millis(600)); // the looks after the last request
@@ -174,8 +219,8 @@ fn watch_during(
         assert!(killed.success());
     }
     let done = child.wait_with_output().unwrap();
-    let report = serde_json::from_slice(&done.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&done.stderr)));
+    let stderr = reader.join().unwrap();
+    let report = serde_json::from_slice(&done.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     (done.status.code().unwrap_or(-1), report, sent)
 }
 
@@ -217,11 +262,17 @@ fn bytes_per_request(series: &serde_json::Value) -> f64 {
 
 /// The watch of `variant` (one worker, by its PID and its agent) during [`PHASES`], for 21 s or
 /// until `interrupt`: exit code, report, the requests sent.
-fn watch_one(
-    test: &str,
-    variant: &str,
-    interrupt: Option<&str>,
-) -> Option<(i32, serde_json::Value, u64)> {
+/// A watch of one service: its exit code, its JSON, the requests sent, its report.md and
+/// report.html.
+struct Watched {
+    code: i32,
+    report: serde_json::Value,
+    sent: u64,
+    md: String,
+    html: String,
+}
+
+fn watch_one(test: &str, variant: &str, interrupt: Option<&str>) -> Option<Watched> {
     let python = python(test)?;
     let dir = tempfile::tempdir().unwrap();
     let s = service(&python, variant, 0, 1, &[]);
@@ -252,17 +303,31 @@ fn watch_one(
     assert_eq!(runs.len(), 1, "{variant}: no restart: {}", report["runs"]);
     // The agent counted exactly what the generator sent (the watch sent nothing).
     assert_eq!(runs[0]["requests"], sent, "{variant}");
-    assert!(dir.path().join("report.html").exists());
-    Some((code, report, sent))
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    Some(Watched {
+        code,
+        report,
+        sent,
+        md: read("report.md"),
+        html: read("report.html"),
+    })
 }
 
 #[test]
-fn a_leaky_service_fails_with_its_bytes_per_request() {
-    let Some((code, report, _)) = watch_one(
-        "a_leaky_service_fails_with_its_bytes_per_request",
-        "leaky",
+fn a_leaky_service_fails_with_its_bytes_per_request_and_who_holds_them() {
+    // The variant that keeps each request's 32 KiB as a tensor in `watch_service.TENSORS`.
+    let Some(Watched {
+        code,
+        report,
+        sent,
+        md,
+        html,
+    }) = watch_one(
+        "a_leaky_service_fails_with_its_bytes_per_request_and_who_holds_them",
+        "tensors",
         Some("INT"),
-    ) else {
+    )
+    else {
         return;
     };
     // Ctrl-C keeps the report, and the exit code is the verdict so far.
@@ -273,12 +338,44 @@ fn a_leaky_service_fails_with_its_bytes_per_request() {
     assert_eq!(anonymous["judgement"]["verdict"], "leak");
     let slope = bytes_per_request(anonymous);
     assert_keeps(slope, "the deciding series");
-    eprintln!("leaky: {slope:.0} B a request");
+    // Who holds it: the holder that grew between the censuses at the start and at the end,
+    // named as the owner, each request's tensor counted.
+    assert_eq!(report["axis"]["axis"], "per-request", "{}", report["axis"]);
+    assert_eq!(report["owner"]["owner"], "python", "{}", report["owner"]);
+    assert_eq!(
+        report["owner"]["holder"], "watch_service.TENSORS",
+        "{}",
+        report["owner"]
+    );
+    let grown = &report["census"]["grown"][0];
+    assert_eq!(
+        grown["holder"], "watch_service.TENSORS",
+        "{}",
+        report["census"]
+    );
+    assert_eq!(grown["tensors"], sent, "a tensor a request: {grown}");
+    assert_eq!(report["census"]["steps"], sent);
+    // The report's first lines say it, in the text and the page.
+    assert!(
+        md.contains("verdict:   FAIL")
+            && md.contains("axis:      per request")
+            && md.contains("owner:     python:")
+            && md.contains("`watch_service.TENSORS` (module global) grew most"),
+        "{md}"
+    );
+    assert!(
+        html.contains("watch_service.TENSORS"),
+        "the page names the holder"
+    );
+    eprintln!(
+        "tensors: {slope:.0} B a request; census share {}",
+        report["owner"]["census_share"]
+    );
 }
 
 #[test]
 fn a_fixed_service_with_idle_stretches_passes() {
-    let Some((code, report, _)) =
+    let Some(Watched { code, report, .. }) =
         watch_one("a_fixed_service_with_idle_stretches_passes", "fixed", None)
     else {
         return;
@@ -288,6 +385,8 @@ fn a_fixed_service_with_idle_stretches_passes() {
     let run = &report["runs"][0];
     let anonymous = deciding_series(run, "anonymous");
     assert_ne!(anonymous["judgement"]["verdict"], "leak", "{anonymous}");
+    assert_eq!(report["axis"]["axis"], "none", "{}", report["axis"]);
+    assert!(report["owner"].is_null() && report["census"].is_null());
     // Idle is not a leak: the idle stretches were judged, and nothing grew there.
     let idle = run["idle"].as_array().unwrap();
     assert!(
@@ -301,7 +400,7 @@ fn a_fixed_service_with_idle_stretches_passes() {
 
 #[test]
 fn memory_that_grows_by_the_clock_is_its_own_finding_per_hour() {
-    let Some((code, report, _)) = watch_one(
+    let Some(Watched { code, report, .. }) = watch_one(
         "memory_that_grows_by_the_clock_is_its_own_finding_per_hour",
         "clock",
         None,
@@ -331,6 +430,15 @@ fn memory_that_grows_by_the_clock_is_its_own_finding_per_hour() {
         .as_str()
         .unwrap()
         .contains("grows while no request arrives"));
+    // The axis is the clock's; the buffers are bytes, not tensors, so the census holds none
+    // of the growth: not Python's tensors.
+    assert_eq!(report["axis"]["axis"], "by-the-clock", "{}", report["axis"]);
+    assert_eq!(report["owner"]["owner"], "native", "{}", report["owner"]);
+    assert!(
+        report["census"]["grown"].as_array().is_some(),
+        "{}",
+        report["census"]
+    );
     eprintln!(
         "clock: {per_hour:.0} B an hour idle, {:.0} B a request",
         bytes_per_request(anonymous)
@@ -576,4 +684,149 @@ fn stopped_before_any_verdict_the_watch_keeps_its_report_and_exits_2() {
     assert!(report["points"].as_array().unwrap().len() >= 5);
     assert!(dir.path().join("report.html").exists());
     assert!(dir.path().join("report.json").exists());
+}
+
+/// A child memory cgroup of this machine, removed when dropped (its processes gone).
+struct Group(PathBuf);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // The kernel removes an empty cgroup's folder; a killed process leaves it a moment later.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A child cgroup with a memory controller: v2's where the unified hierarchy at /sys/fs/cgroup
+/// has the memory controller, else v1's at /sys/fs/cgroup/memory (this machine mounts both, and
+/// its v2 hierarchy has no memory controller, only hugetlb: memory is v1's here). Where neither
+/// can be made (not root, no controller), a skip, which fails under CI.
+fn memory_cgroup(test: &str) -> Option<Group> {
+    let name = format!("leaklab-watch-test-{}", std::process::id());
+    let v2 = Path::new("/sys/fs/cgroup");
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    let v2_memory = std::fs::read_to_string(v2.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"));
+    let parent = if v2_memory {
+        // The parent hands the controller down to its children (refused inside some containers).
+        let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+        v2
+    } else if v1.join("memory.usage_in_bytes").exists() {
+        v1
+    } else {
+        skip_missing(
+            test,
+            "a cgroup memory controller (v2 at /sys/fs/cgroup, or v1 at /sys/fs/cgroup/memory)",
+        );
+        return None;
+    };
+    let group = Group(parent.join(name));
+    if let Err(e) = std::fs::create_dir(&group.0) {
+        skip_missing(
+            test,
+            &format!(
+                "a child cgroup of {} (root, to create it: {e})",
+                parent.display()
+            ),
+        );
+        return None;
+    }
+    if !["memory.current", "memory.usage_in_bytes"]
+        .iter()
+        .any(|f| group.0.join(f).exists())
+    {
+        skip_missing(
+            test,
+            &format!(
+                "the memory controller in the child cgroup {}",
+                group.0.display()
+            ),
+        );
+        return None;
+    }
+    Some(group)
+}
+
+#[test]
+fn a_service_watched_by_its_cgroup_is_followed_across_a_restart() {
+    let test = "a_service_watched_by_its_cgroup_is_followed_across_a_restart";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(group) = memory_cgroup(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // No agent and no PID: the count is the service's own counter, the memory and the
+    // serving processes are the cgroup's.
+    let first = service_in(Some(&group.0), &python, "leaky", port, 1, &[]);
+    let (base, old_pid) = (first.base.clone(), first.pid());
+    let metrics = format!("{base}/metrics");
+    let mut first = Some(first);
+    let mut new_pid = String::new();
+    let (code, report, sent) = watch_during(
+        &[
+            "--metrics",
+            &metrics,
+            "--requests-series",
+            "watch_requests_total",
+            "--cgroup",
+            group.0.to_str().unwrap(),
+            "--interval",
+            "100ms",
+            "--duration",
+            "30s",
+            "--warmup",
+            "20",
+        ],
+        dir.path(),
+        None,
+        || {
+            // Ten seconds a run: v1's usage is charged in batches (64 pages a CPU), a staircase
+            // whose steps are larger than a look's growth; 360 requests a run read one run as a
+            // plateau once (noise 842 kB, tail bound -2.7 .. 67.5 kB) in a full suite.
+            let mut sent = load(&base, &[(60.0, 10.0), (0.0, 1.0)]);
+            drop(first.take()); // killed: started again in the same cgroup, on the same port
+            let second = service_in(Some(&group.0), &python, "leaky", port, 1, &[]);
+            new_pid = second.pid();
+            sent += load(&base, &[(0.0, 0.5), (60.0, 10.0), (0.0, 1.0)]);
+            drop(second);
+            sent
+        },
+    );
+    assert_eq!(sent, 1200);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{}", report["runs"]);
+    // The process replaced inside the cgroup, read from its cgroup.procs.
+    assert_eq!(
+        runs[1]["restart"]["kind"], "processes",
+        "{}",
+        runs[1]["restart"]
+    );
+    assert_eq!(runs[0]["pids"][0].to_string(), old_pid);
+    assert_eq!(runs[1]["pids"][0].to_string(), new_pid);
+    assert_eq!(code, 1, "{}", judged(&report));
+    // Each process's own count: the first process's whole, the second's from the watch's first
+    // look at it (half a second idle after it answers, then its requests).
+    assert_eq!(runs[0]["requests"], 600, "{}", runs[0]);
+    assert!(runs[1]["requests"].as_u64().unwrap() > 500, "{}", runs[1]);
+    for run in runs {
+        let s = deciding_series(run, "cgroup_working_set");
+        let slope = bytes_per_request(s);
+        assert_eq!(s["ops"], "fail", "{run}");
+        assert_keeps(slope, &format!("the cgroup's run {}", run["index"]));
+        eprintln!(
+            "cgroup run {}: {slope:.0} B a request over {} requests",
+            run["index"], run["requests"]
+        );
+    }
 }

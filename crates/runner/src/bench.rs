@@ -53,6 +53,30 @@ pub struct BenchReport {
     /// The Python agent's costs (census_bench.py's output), when they were measured.
     #[serde(default)]
     pub agent: Option<AgentCosts>,
+    /// The agent's native trace (native_window.py's output), when it was measured.
+    #[serde(default)]
+    pub native: Option<NativeCosts>,
+}
+
+/// What the agent's native trace costs: crates/cli/python/bench/native_window.py's JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NativeCosts {
+    pub cause: String,
+    pub requests: u64,
+    pub runs: Vec<NativeRun>,
+}
+
+/// One run: the same number of new-input requests before, inside and after the window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NativeRun {
+    pub untraced_before_s: f64,
+    pub traced_s: f64,
+    pub untraced_after_s: f64,
+    pub capture_bytes: u64,
+    pub read_s: f64,
+    pub live_bytes: u64,
+    pub rss_anon_growth_bytes: u64,
+    pub top_mechanism: Option<String>,
 }
 
 /// What the Python agent costs: crates/cli/python/bench/census_bench.py's JSON, the fields the
@@ -178,9 +202,14 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
     let python_run = run_variant(&python, Variant::Baseline, &hidden).await;
     record(&python_run, "python");
 
+    // One arena for the heap's cross-check: tokio moves requests between worker threads, each
+    // thread's arena keeps its own free chunks, and under CPU contention the Rust service's heap
+    // rose 128,763 B a request for the 81,920 it keeps (two busy loops beside the bench test;
+    // 87,912-88,098 B with one arena under the same load). The twin serves from one thread.
     let leak_options = |o: &RunOptions| RunOptions {
         requests: options.leak_requests,
         concurrency: 1,
+        malloc_arenas: Some(1),
         ..o.clone()
     };
     let mut leaks = Vec::new();
@@ -211,6 +240,9 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
             .and_then(|p| serde_json::from_value(p["runs"].clone()).ok())
             .unwrap_or_default(),
         agent: std::fs::read(options.criterion_dir.join("agent/census.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok()),
+        native: std::fs::read(options.criterion_dir.join("agent/native.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok()),
     }
@@ -405,6 +437,7 @@ impl BenchReport {
         }
         md.push_str(&self.instrument_markdown());
         md.push_str(&self.agent_markdown());
+        md.push_str(&self.native_markdown());
         md.push_str(
             "\n## Raw criterion means (ns per iteration)\n\n| benchmark | mean |\n|---|---|\n",
         );
@@ -442,6 +475,33 @@ impl BenchReport {
                 c.event_loop_longest_wait_without_census_ms,
                 c.gc_get_objects_ms,
                 c.peak_rss_growth_mb
+            ));
+        }
+        md
+    }
+
+    /// The native trace's window: the requests it slows, the capture it writes, what it names.
+    fn native_markdown(&self) -> String {
+        let Some(n) = &self.native else {
+            return "\nThe native trace: not measured (crates/cli/python/bench/native_window.py).\n".into();
+        };
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut md = format!(
+            "\nThe native trace (`scan --native`, memray's tracer with native stacks), from crates/cli/python/bench/native_window.py: the zoo's `{}` (a new image size a request), {} requests untraced, {} inside the window, {} untraced again, one at a time. Live bytes are what the window allocated and did not free, not the growth: a cache at its capacity frees entries made before the window, which the trace never saw allocated.\n\n| run | untraced before | traced | untraced after | capture | reading it | live after the window | RSS (anonymous) growth | top holder |\n|---|---|---|---|---|---|---|---|---|\n",
+            n.cause, n.requests, n.requests, n.requests
+        );
+        for (i, r) in n.runs.iter().enumerate() {
+            md.push_str(&format!(
+                "| {} | {:.2} s | {:.2} s | {:.2} s | {:.2} MB | {:.2} s | {:.1} MB | {:.1} MB | {} |\n",
+                i + 1,
+                r.untraced_before_s,
+                r.traced_s,
+                r.untraced_after_s,
+                mb(r.capture_bytes),
+                r.read_s,
+                mb(r.live_bytes),
+                mb(r.rss_anon_growth_bytes),
+                r.top_mechanism.as_deref().unwrap_or("none named")
             ));
         }
         md
@@ -508,7 +568,8 @@ impl BenchReport {
 mod tests {
     use super::*;
 
-    /// census_bench.py's own output (a `--quick` run) reads into the report and shows on the page.
+    /// census_bench.py's own output (a `--quick` run) and native_window.py's read into the report
+    /// and show on the page.
     #[test]
     fn the_agents_bench_output_reads_and_shows() {
         let agent: AgentCosts =
@@ -524,8 +585,16 @@ mod tests {
             criterion: vec![],
             snapshot_runs: vec![],
             agent: Some(agent),
+            native: Some(
+                serde_json::from_str(include_str!("../tests/fixtures/native_window.json"))
+                    .expect("native_window.py's JSON"),
+            ),
         };
         let md = report.markdown("test");
+        assert!(
+            md.contains("| 1 | 0.97 s | 2.97 s | 1.30 s | 1.85 MB | 2.42 s | 199.0 MB | 34.3 MB | onednn_primitive_cache |"),
+            "{md}"
+        );
         assert!(
             md.contains("**+0.63 µs a request** (median; 0.89 → 1.53 µs; rounds 0.63 to 0.66 µs)"),
             "{md}"

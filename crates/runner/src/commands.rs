@@ -181,6 +181,7 @@ pub fn run_lab(cmd: LabCommand) -> Result<LabRun> {
         start_timeout: Duration::from_secs(180),
         twin: None,
         threads: None,
+        malloc_arenas: None,
     };
     let variants = if cmd.variants.is_empty() {
         Variant::ALL.to_vec()
@@ -241,6 +242,7 @@ pub fn soak(cmd: SoakCommand) -> Result<SoakReport> {
         start_timeout: Duration::from_secs(180),
         twin: None,
         threads: None,
+        malloc_arenas: None,
     };
     let variants = if cmd.variants.is_empty() {
         soak::VARIANTS.to_vec()
@@ -316,6 +318,7 @@ pub fn bench(cmd: BenchCommand) -> Result<BenchReport> {
         start_timeout: Duration::from_secs(180),
         twin: None,
         threads: Some(threads),
+        malloc_arenas: None,
     };
     let options = BenchOptions {
         rust,

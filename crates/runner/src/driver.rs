@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub twin: Option<PythonTwin>,
     /// Torch threads for the Rust service (default: libtorch's choice).
     pub threads: Option<usize>,
+    /// glibc's arenas for the Rust service (`MALLOC_ARENA_MAX`; default: glibc's choice).
+    pub malloc_arenas: Option<usize>,
 }
 
 /// How to start the Python twin of the service.
@@ -98,6 +100,9 @@ impl ServiceProcess {
                 .args(["--max-batch", &variant.max_rows(options.scale).to_string()]);
                 if let Some(n) = options.threads {
                     c.args(["--threads", &n.to_string()]);
+                }
+                if let Some(n) = options.malloc_arenas {
+                    c.env("MALLOC_ARENA_MAX", n.to_string());
                 }
                 c
             }

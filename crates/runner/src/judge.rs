@@ -272,6 +272,7 @@ mod tests {
             start_timeout: std::time::Duration::from_secs(1),
             twin: None,
             threads: None,
+            malloc_arenas: None,
         }
     }
 

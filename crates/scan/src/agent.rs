@@ -40,6 +40,11 @@ pub struct Holder {
     pub shapes: Vec<Vec<i64>>,
     #[serde(default)]
     pub graph: GraphStats,
+    /// `id()` of the deepest object every tensor of this holder is reached through (the list,
+    /// the hook dict), the same object in every census of one process however it is reached;
+    /// absent where the holder's tensors share none, and from older agents.
+    #[serde(default)]
+    pub identity: Option<u64>,
 }
 
 impl Holder {
@@ -124,9 +129,11 @@ pub struct CensusDiff {
     pub notes: Vec<String>,
 }
 
-/// The holders that grew from `before` to `after`, `steps` requests or calls apart. Holders are
-/// matched by name (the agent collapses indices and keys, so a holder keeps its name); one new
-/// in `after` grew from nothing.
+/// The holders that grew from `before` to `after`, `steps` requests or calls apart. A holder of
+/// `after` is compared with the holder of `before` that is the same object where the censuses
+/// say so (the same `identity`, in the same process, its name gone from `after`: reached by
+/// another path), else with the one of the same name (the agent collapses indices and keys, so
+/// a holder keeps its name); one new in `after` grew from nothing.
 pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
     let old: BTreeMap<&str, &Holder> = before
         .holders
@@ -134,40 +141,105 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
         .map(|h| (h.holder.as_str(), h))
         .collect();
     let per = |b: i64| b as f64 / steps.max(1) as f64;
-    // A holder can change its name without changing what it holds: tensors reached only
-    // through another thread's frames (a test client's event loop) are named by the first path
-    // the walk finds, which may differ between censuses. A holder new in `after` that holds
-    // exactly what a holder gone from `before` held is that holder renamed, not growth.
     let new: std::collections::BTreeSet<&str> =
         after.holders.iter().map(|h| h.holder.as_str()).collect();
+    // Holders of `before` whose name is gone: a holder of `after` with a new name may be one of
+    // them. Only these are matched by identity: an object freed between the censuses can leave
+    // its address to another, and a name that stayed says which holder it is.
     let mut gone: Vec<&Holder> = before
         .holders
         .iter()
         .filter(|h| !new.contains(h.holder.as_str()))
         .collect();
-    let mut renamed = Vec::new();
+    let mut was: Vec<Option<&Holder>> = after
+        .holders
+        .iter()
+        .map(|h| old.get(h.holder.as_str()).copied())
+        .collect();
+    let mut notes = Vec::new();
+    // The same object reached by another path: the walk names a holder by its shortest path
+    // from a root, and a shorter one can appear between the censuses (a connection's scope
+    // that reaches the route's closure). Ids are only comparable within one process.
+    let mut moved = vec![false; after.holders.len()];
+    if before.pid == after.pid {
+        for ((h, w), m) in after
+            .holders
+            .iter()
+            .zip(was.iter_mut())
+            .zip(moved.iter_mut())
+        {
+            let Some(id) = h.identity.filter(|_| w.is_none()) else {
+                continue;
+            };
+            // Holders that share their deepest object (a module's `.weight` and `.bias`, both
+            // in its parameters dict): the one whose name ends the same way.
+            let tail = |g: &&Holder| {
+                let ends = g.holder.chars().rev().zip(h.holder.chars().rev());
+                ends.take_while(|(a, b)| a == b).count()
+            };
+            let same = gone
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.identity == Some(id))
+                .max_by_key(|(i, g)| (tail(g), std::cmp::Reverse(*i)));
+            if let Some((i, _)) = same {
+                *w = Some(gone.remove(i));
+                *m = true;
+            }
+        }
+    }
+    // A holder can also change its name without changing what it holds, where the census
+    // gives no identity: tensors reached only through another thread's frames (a test client's
+    // event loop) are named by the first path the walk finds, which may differ between
+    // censuses. A holder new in `after` that holds exactly what a holder gone from `before`
+    // held is that holder renamed, not growth.
+    for (h, w) in after.holders.iter().zip(was.iter_mut()) {
+        if w.is_some() {
+            continue;
+        }
+        let same = |g: &&Holder| {
+            (&g.kind, g.tensors, g.bytes, &g.graph) == (&h.kind, h.tensors, h.bytes, &h.graph)
+        };
+        if let Some(i) = gone.iter().position(same) {
+            let g = gone.remove(i);
+            notes.push(format!("`{}` is `{}` of the first census under another name (the same kind, tensors, bytes and graph): not counted as growth", h.holder, g.holder));
+            *w = Some(g);
+        }
+    }
+    // Said of the holders that grew; the others that moved, counted.
+    let mut quiet = 0;
+    for ((h, o), m) in after.holders.iter().zip(&was).zip(&moved) {
+        let Some(o) = o.filter(|_| *m) else {
+            continue;
+        };
+        if h.held_bytes() > o.held_bytes() || h.tensors > o.tensors || h.graph.nodes > o.graph.nodes
+        {
+            notes.push(format!("`{}` is `{}` of the first census reached by another path (the same object): its growth is counted from it", h.holder, o.holder));
+        } else {
+            quiet += 1;
+        }
+    }
+    if quiet > 0 {
+        notes.push(format!("{quiet} holders that did not grow were reached by another path in the second census (the same objects, compared with themselves)"));
+    }
     let mut grown: Vec<Growth> = after
         .holders
         .iter()
-        .filter(|h| {
-            if old.contains_key(h.holder.as_str()) {
-                return true;
-            }
-            let same = |g: &&Holder| (&g.kind, g.tensors, g.bytes, &g.graph) == (&h.kind, h.tensors, h.bytes, &h.graph);
-            match gone.iter().position(same) {
-                Some(i) => {
-                    renamed.push(format!("`{}` is `{}` of the first census under another name (the same kind, tensors, bytes and graph): not counted as growth", h.holder, gone.remove(i).holder));
-                    false
-                }
-                None => true,
-            }
-        })
-        .filter_map(|h| {
-            let o = old.get(h.holder.as_str());
+        .zip(was)
+        .filter_map(|(h, o)| {
             let bytes = h.held_bytes() as i64 - o.map_or(0, |o| o.held_bytes() as i64);
             let tensors = h.tensors as i64 - o.map_or(0, |o| o.tensors as i64);
             let graph_nodes = h.graph.nodes as i64 - o.map_or(0, |o| o.graph.nodes as i64);
-            (bytes > 0 || tensors > 0 || graph_nodes > 0).then(|| Growth { holder: h.holder.clone(), kind: h.kind.clone(), bytes, bytes_per_step: per(bytes), tensors, graph_nodes, bytes_after: h.held_bytes(), shapes: h.shapes.iter().take(3).cloned().collect() })
+            (bytes > 0 || tensors > 0 || graph_nodes > 0).then(|| Growth {
+                holder: h.holder.clone(),
+                kind: h.kind.clone(),
+                bytes,
+                bytes_per_step: per(bytes),
+                tensors,
+                graph_nodes,
+                bytes_after: h.held_bytes(),
+                shapes: h.shapes.iter().take(3).cloned().collect(),
+            })
         })
         .collect();
     grown.sort_by(|a, b| {
@@ -177,7 +249,6 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
             .then(a.holder.cmp(&b.holder))
     });
     let total = |c: &Census| (c.totals.bytes + c.totals.graph_saved_bytes) as i64;
-    let mut notes = renamed;
     for (which, c) in [("the first", before), ("the second", after)] {
         if let Some(why) = &c.stopped_early {
             notes.push(format!(
@@ -316,6 +387,74 @@ impl CensusDiff {
         }
         md
     }
+}
+
+/// `leaklab census-diff`: two census files compared, what the diff says of them.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    #[serde(flatten)]
+    pub diff: CensusDiff,
+    /// What one step is in the text ("request", "call").
+    #[serde(skip)]
+    pub step: String,
+    /// Grown holders shown in the text (the JSON has them all).
+    #[serde(skip)]
+    pub top: usize,
+}
+
+impl leaklab_report::Report for DiffReport {
+    /// A description, not a judgement: the verdict is the scan's or the judge's.
+    fn outcome(&self) -> leaklab_report::Outcome {
+        leaklab_report::Outcome::Pass
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "Who holds it (tensor census, {} {}s apart):\n{}",
+            self.diff.steps,
+            self.step,
+            self.diff.text(self.top, &self.step)
+        )
+    }
+
+    fn markdown(&self) -> String {
+        self.diff.markdown(self.top, &self.step)
+    }
+}
+
+/// Reads a census file (`-` for stdin), saying which file a bad one is.
+pub fn read_census(path: &std::path::Path) -> Result<Census> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut bytes)?;
+    } else {
+        bytes = std::fs::read(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    }
+    Census::from_json(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// [`diff`] of two census files, `steps` requests or calls apart.
+pub fn diff_files(
+    before: &std::path::Path,
+    after: &std::path::Path,
+    steps: u64,
+    step: &str,
+    top: usize,
+) -> Result<DiffReport> {
+    if before.as_os_str() == "-" && after.as_os_str() == "-" {
+        bail!("only one of the two censuses can be read from stdin (-)");
+    }
+    if steps == 0 {
+        bail!("--steps is the number of requests or calls between the censuses: at least 1");
+    }
+    let (b, a) = (read_census(before)?, read_census(after)?);
+    Ok(DiffReport {
+        diff: diff(&b, &a, steps),
+        step: step.to_string(),
+        top,
+    })
 }
 
 /// `GET {base}/stats`, the agent's cheap route: says before any traffic whether the agent is
@@ -614,6 +753,7 @@ mod tests {
                 saved_tensors: 0,
                 saved_bytes: saved,
             },
+            identity: None,
         }
     }
 
@@ -701,6 +841,96 @@ mod tests {
             "one rename, one real newcomer: {d:?}"
         );
         assert!(d.notes[0].contains("under another name"), "{:?}", d.notes);
+    }
+
+    /// The zoo's forward_hook entry: the hooks' dict reached by a shorter path in the second
+    /// census (a connection's scope that reaches the route's closure) changed the holder's name,
+    /// and every hook counted as new (90.11 kB a request reported, 16.38 the truth).
+    #[test]
+    fn the_same_object_under_another_name_is_compared_with_itself() {
+        let hooks = |name: &str, hooks: u64| Holder {
+            kind: "closure".into(),
+            identity: Some(0x7f00_dead_beef),
+            ..holder(name, hooks, hooks * 16_384, 0, 0)
+        };
+        let before = census(vec![hooks(
+            "app.router.routes[…] → predict → cell 'hidden'._forward_hooks[…] → hook → cell 'noise'",
+            50,
+        )]);
+        let after = census(vec![hooks(
+            "server.server_state.connections[…].scope[…] → predict → cell 'hidden'._forward_hooks[…] → hook → cell 'noise'",
+            450,
+        )]);
+        let d = diff(&before, &after, 400);
+        assert_eq!(d.grown.len(), 1, "{d:?}");
+        assert_eq!(
+            d.grown[0].bytes_per_step, 16_384.0,
+            "400 hooks in 400 requests"
+        );
+        assert!(d.grown[0].holder.starts_with("server."), "named as now");
+        assert!(
+            d.notes[0].contains("reached by another path"),
+            "{:?}",
+            d.notes
+        );
+        // Another process's census: its ids say nothing of this one's objects.
+        let mut elsewhere = after.clone();
+        elsewhere.pid = 2;
+        assert_eq!(
+            diff(&before, &elsewhere, 400).grown[0].bytes_per_step,
+            18_432.0,
+            "all of it new"
+        );
+        // A holder whose name stayed is compared by name, whatever object now has its id.
+        let mut kept = after.clone();
+        kept.holders.push(Holder {
+            identity: None,
+            ..hooks("app.state.other", 50)
+        });
+        kept.holders[0].identity = Some(1);
+        let reused = census(vec![Holder {
+            identity: Some(1),
+            ..hooks("app.state.other", 50)
+        }]);
+        let d = diff(&reused, &kept, 400);
+        let names: Vec<&str> = d.grown.iter().map(|g| g.holder.as_str()).collect();
+        assert_eq!(names.len(), 1, "{d:?}");
+        assert!(names[0].starts_with("server."), "{names:?}");
+        assert_eq!(
+            d.grown[0].bytes,
+            450 * 16_384,
+            "new: the id belongs to a name that stayed"
+        );
+        // Two holders with one deepest object (a layer's parameters dict), both renamed: each
+        // is compared with the one whose name ends as its own.
+        let param = |name: &str, bytes| Holder {
+            identity: Some(7),
+            ..holder(name, 1, bytes, 0, 0)
+        };
+        let before = census(vec![
+            param("svc.MODEL.2.bias", 32),
+            param("svc.MODEL.2.weight", 256),
+        ]);
+        let after = census(vec![
+            param("svc.LAYER.weight", 256),
+            param("svc.LAYER.bias", 32),
+        ]);
+        let d = diff(&before, &after, 10);
+        assert!(d.grown.is_empty(), "{d:?}");
+        assert_eq!(
+            d.notes,
+            ["2 holders that did not grow were reached by another path in the second census (the same objects, compared with themselves)"]
+        );
+        // Had the weight grown, its line says what it was, however the two are listed.
+        let mut bigger = after.clone();
+        bigger.holders[0].bytes = 512;
+        let d = diff(&before, &bigger, 10);
+        assert_eq!(d.grown[0].bytes, 256, "{d:?}");
+        assert!(
+            d.notes[0].contains("`svc.LAYER.weight` is `svc.MODEL.2.weight`"),
+            "{:?}",
+            d.notes
+        );
     }
 
     #[test]

@@ -342,6 +342,16 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
 ) -> OwnerReading {
+    owner_per(axis, census, collector, "request")
+}
+
+/// [`owner`], its figures per `step` ("call": the pytest plugin's, through `leaklab judge`).
+pub fn owner_per(
+    axis: &AxisReading,
+    census: Option<&CensusDiff>,
+    collector: Option<&Collector>,
+    step: &str,
+) -> OwnerReading {
     let mut findings = Vec::new();
     let gc_off = collector.is_some_and(|c| !c.enabled);
     if gc_off {
@@ -374,7 +384,7 @@ pub fn owner(
     };
     let share_words = |held: f64| {
         format!(
-            "the census holds {} of {} a request",
+            "the census holds {} of {} a {step}",
             human_bytes(held.max(0.0)),
             human_bytes(per)
         )
@@ -400,9 +410,9 @@ pub fn owner(
             (Some(_), Some(held), Some(s)) if top.is_some() && s >= PYTHON_SHARE => {
                 let holder = top.expect("a Python holder grew");
                 let mechanism = if gc_off {
-                    "reference cycles kept because the collector is disabled"
+                    "reference cycles kept because the collector is disabled".to_string()
                 } else {
-                    "a Python holder reachable from a root keeps what each request leaves"
+                    format!("a Python holder reachable from a root keeps what each {step} leaves")
                 };
                 let fix = if gc_off {
                     "gc.enable() (or gc.collect() on a schedule), or break the cycle".to_string()
@@ -412,7 +422,7 @@ pub fn owner(
                 reading(
                     Owner::Python,
                     format!("{}: `{}` ({}) grew most", share_words(held), holder.holder, holder.kind),
-                    mechanism,
+                    &mechanism,
                     &fix,
                 )
             }

@@ -12,6 +12,7 @@
 //! is above the budget (zero without one): a growth proven, not a growth suspected.
 
 use crate::agent::{self, Census, CensusDiff};
+use crate::diagnosis::{self, Axis, AxisReading, Inputs, Owner, OwnerReading, Phase, NATIVE_KIND};
 use leaklab_detect::budget::proven;
 use leaklab_detect::{judge, judge_noisy, DetectorConfig, NoisyConfig, Sample, Slope, Verdict};
 use leaklab_report::{human_bytes, Report};
@@ -91,8 +92,14 @@ pub struct JudgeAnswer {
     pub outcome: Outcome,
     pub series: Vec<SeriesOut>,
     pub census: Option<CensusDiff>,
-    /// What a failing test prints: the verdict, bytes per call with its bound, which signal, and
-    /// the holders that grew.
+    /// A failing check's axis (per call: the check calls one function again and again) and
+    /// owner, as the scan's diagnosis reads them; None where it passed or could not judge.
+    #[serde(default)]
+    pub axis: Option<AxisReading>,
+    #[serde(default)]
+    pub owner: Option<OwnerReading>,
+    /// What a failing test prints: the diagnosis's first lines (verdict, axis, owner, mechanism,
+    /// fix) where it failed, then each series' verdict with its bound and the holders that grew.
     pub message: String,
 }
 
@@ -173,12 +180,140 @@ pub fn judge_request(request: &JudgeRequest) -> JudgeAnswer {
         (Some(b), Some(a)) => Some(agent::diff(b, a, request.calls)),
         _ => None,
     };
-    let message = message(request, outcome, &series, census.as_ref());
+    let diagnosis = (outcome == Outcome::Fail)
+        .then(|| diagnose(request, &series, census.as_ref()))
+        .flatten();
+    let mut message = message(request, outcome, &series, census.as_ref());
+    if let Some((_, _, lines)) = &diagnosis {
+        message = format!("{}\n{message}", lines.join("\n"));
+    }
+    let (axis, owner) = diagnosis.map_or((None, None), |(a, o, _)| (Some(a), Some(o)));
     JudgeAnswer {
         outcome,
         series,
         census,
+        axis,
+        owner,
         message,
+    }
+}
+
+/// A failing check's diagnosis, in the scan's words: the axis from the failing series that grew
+/// fastest (per call, what a check can tell: it calls one function with the same inputs), the
+/// owner from the census ([`diagnosis::owner_per`]), and the first lines a failure prints.
+fn diagnose(
+    request: &JudgeRequest,
+    series: &[SeriesOut],
+    census: Option<&CensusDiff>,
+) -> Option<(AxisReading, OwnerReading, Vec<String>)> {
+    let unit = &request.unit;
+    let fastest = |bytes: bool| {
+        series
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.fails && s.counts.is_none() == bytes)
+            .max_by(|(_, a), (_, b)| {
+                let rate = |s: &SeriesOut| s.slope.map_or(0.0, |s| s.bytes_per_request);
+                rate(a).total_cmp(&rate(b))
+            })
+    };
+    let (i, deciding) = fastest(true).or_else(|| fastest(false))?;
+    let (verdict, slope) = (deciding.verdict?, deciding.slope?);
+    let judged: Vec<Sample> = request.series[i]
+        .samples
+        .iter()
+        .copied()
+        .filter(|s| s.0 >= request.warmup)
+        .collect();
+    let rise = match (judged.first(), judged.last()) {
+        (Some(a), Some(b)) => (b.1 - a.1) as f64,
+        _ => 0.0,
+    };
+    let rate = match &deciding.counts {
+        None => human_bytes(slope.bytes_per_request),
+        Some(_) => count(slope.bytes_per_request),
+    };
+    let axis = AxisReading {
+        axis: Axis::PerRequest,
+        bounded: false,
+        series: deciding.name.clone(),
+        inputs: Inputs::Same,
+        distinct_inputs: 1,
+        judged: Phase {
+            requests: deciding.samples,
+            verdict,
+            slope,
+            rise_bytes: rise,
+        },
+        repeats: None,
+        threads: None,
+        processes: Vec::new(),
+        words: format!(
+            "{} {verdict} at {rate} a {unit} over {} {unit}s of the same function, to the last: every {unit} adds",
+            deciding.name, request.calls
+        ),
+    };
+    let mut owner = match &deciding.counts {
+        None => diagnosis::owner_per(&axis, census, None, unit),
+        Some(counts) => counted_owner(census, counts, unit),
+    };
+    let held_from_native = census.is_some_and(|c| c.grown.iter().any(|g| g.kind == NATIVE_KIND));
+    if owner.owner == Owner::Native && !held_from_native {
+        // The scan's advice (its agent's native trace) is not at hand in a test: what is.
+        owner.mechanism = format!("memory kept per {unit} that no Python tensor holds: Python objects other than tensors, or native memory (a library's cache, the allocator)");
+        owner.fix = "name the allocating lines: run the test under pytest-memray (native stacks too, with --native), or compare two tracemalloc snapshots for Python objects".into();
+    }
+    let head = match request.max_per_call {
+        Some(b) => format!(
+            "FAIL: it grows faster than the budget of {} a {unit}",
+            human_bytes(b)
+        ),
+        None => "FAIL: a leak is proven".to_string(),
+    };
+    let verdict_words = format!("{head} ({} {verdict}, {rate} a {unit})", deciding.name);
+    let mut lines = diagnosis::first_lines(&verdict_words, &axis, &owner);
+    // The axis as a check measures it: per call, not per request.
+    if let Some(line) = lines.iter_mut().find(|l| l.starts_with("axis:")) {
+        *line = format!("axis:      per {unit}: {}", axis.words);
+    }
+    Some((axis, owner, lines))
+}
+
+/// The owner where only a count grew (autograd graph nodes, tensor objects): the census's
+/// holder that grew, with no share of bytes to weigh.
+fn counted_owner(census: Option<&CensusDiff>, counts: &str, unit: &str) -> OwnerReading {
+    let top = census.and_then(|c| {
+        c.grown
+            .iter()
+            .filter(|g| g.kind != NATIVE_KIND)
+            .max_by_key(|g| (g.graph_nodes, g.tensors))
+    });
+    let steps = census.map_or(1, |c| c.steps.max(1)) as f64;
+    match top {
+        Some(g) => OwnerReading {
+            owner: Owner::Python,
+            holder: Some(g.holder.clone()),
+            census_share: None,
+            words: format!(
+                "`{}` ({}) grew most: {} autograd graph nodes and {} tensors a {unit}",
+                g.holder,
+                g.kind,
+                count(g.graph_nodes as f64 / steps),
+                count(g.tensors as f64 / steps)
+            ),
+            mechanism: format!("a Python holder reachable from a root keeps what each {unit} leaves"),
+            fix: format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", g.holder),
+            findings: Vec::new(),
+        },
+        None => OwnerReading {
+            owner: Owner::Unknown,
+            holder: None,
+            census_share: None,
+            words: format!("{counts} grew, and no census holder grew with them"),
+            mechanism: "not named without a holder".into(),
+            fix: format!("look at what each {unit} keeps of the objects counted"),
+            findings: Vec::new(),
+        },
     }
 }
 
@@ -457,6 +592,91 @@ mod tests {
             judge_request(&request(vec![leak], None)).outcome,
             Outcome::Fail
         );
+    }
+
+    fn census(holders: &[(&str, u64, u64, u64)]) -> Census {
+        let sum = |f: fn(&(&str, u64, u64, u64)) -> u64| holders.iter().map(f).sum::<u64>();
+        let totals = serde_json::json!({"tensors": sum(|h| h.1), "bytes": sum(|h| h.2),
+            "graph_nodes": sum(|h| h.3), "graph_saved_bytes": 0});
+        let holders: Vec<serde_json::Value> = holders
+            .iter()
+            .map(|&(name, tensors, bytes, nodes)| {
+                serde_json::json!({"holder": name, "kind": "module global", "tensors": tensors,
+                    "bytes": bytes, "graph": {"tensors": 1, "nodes": nodes, "saved_tensors": 0, "saved_bytes": 0}})
+            })
+            .collect();
+        serde_json::from_value(
+            serde_json::json!({"schema": agent::SCHEMA, "pid": 1, "taken_at": 0.0,
+            "seconds": 0.1, "complete": true, "stopped_early": null, "objects": 1000,
+            "totals": totals, "holders": holders}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_failure_says_verdict_axis_owner_mechanism_and_fix_first_and_a_pass_does_not() {
+        // 2 kB a call kept in a module global, which the census names.
+        let mut kept = request(
+            vec![series("tensors (bytes)", SeriesKind::Exact, 2048.0, 330)],
+            None,
+        );
+        kept.census_before = Some(census(&[("svc.KEPT", 0, 0, 0)]));
+        kept.census_after = Some(census(&[("svc.KEPT", 300, 614_400, 0)]));
+        let answer = judge_request(&kept);
+        let lines: Vec<&str> = answer.message.lines().take(5).collect();
+        assert_eq!(
+            lines[..3],
+            [
+                "verdict:   FAIL: a leak is proven (tensors (bytes) leak, 2.05 kB a call)",
+                "axis:      per call: tensors (bytes) leak at 2.05 kB a call over 300 calls of the same function, to the last: every call adds",
+                "owner:     python: the census holds 2.05 kB of 2.05 kB a call: `svc.KEPT` (module global) grew most",
+            ],
+            "{}",
+            answer.message
+        );
+        assert!(lines[3].starts_with(
+            "mechanism: a Python holder reachable from a root keeps what each call leaves"
+        ));
+        assert!(lines[4].starts_with("fix:       stop keeping it in `svc.KEPT`"));
+        assert_eq!(
+            answer.owner.as_ref().unwrap().holder.as_deref(),
+            Some("svc.KEPT")
+        );
+        // Growth no tensor holds: the census's share and the rest said, with a test's advice.
+        let mut native = kept.clone();
+        native.census_after = native.census_before.clone();
+        let answer = judge_request(&native);
+        assert_eq!(answer.owner.as_ref().unwrap().owner, Owner::Native);
+        assert!(answer.message.contains("owner:     native: the census holds 0 B of 2.05 kB a call; the rest is not tensors reachable from Python"), "{}", answer.message);
+        assert!(
+            answer
+                .message
+                .contains("fix:       name the allocating lines: run the test under pytest-memray"),
+            "{}",
+            answer.message
+        );
+        // Only graph nodes grow: the holder whose graph grew.
+        let mut nodes = request(
+            vec![SeriesIn {
+                name: "autograd graph nodes".into(),
+                kind: SeriesKind::Exact,
+                samples: (30..330).map(|i| (i, 7 * i as i64)).collect(),
+                noise_floor: None,
+                counts: Some("graph nodes".into()),
+            }],
+            None,
+        );
+        nodes.census_before = Some(census(&[("svc.Running.loss", 1, 4, 0)]));
+        nodes.census_after = Some(census(&[("svc.Running.loss", 1, 4, 2100)]));
+        let answer = judge_request(&nodes);
+        assert!(answer.message.contains("owner:     python: `svc.Running.loss` (module global) grew most: 7 autograd graph nodes and 0 tensors a call"), "{}", answer.message);
+        // A pass has no diagnosis.
+        let flat = judge_request(&request(
+            vec![series("tensors (bytes)", SeriesKind::Exact, 0.0, 330)],
+            None,
+        ));
+        assert!(flat.axis.is_none() && flat.owner.is_none());
+        assert!(flat.message.starts_with("no leak"), "{}", flat.message);
     }
 
     #[test]

@@ -817,8 +817,11 @@ impl State {
             if self.dead_signals.contains(&i) {
                 continue;
             }
-            match signal.read().await {
-                Ok(readings) => {
+            // The children's private memory is a walk of their mappings: every fourth judged
+            // sample.
+            let private = self.phase == Phase::Judged && x.is_multiple_of(4);
+            match signal.read_with_tree(private).await {
+                Ok((readings, tree)) => {
                     for r in readings {
                         if self.phase == Phase::Repeats {
                             self.repeats.entry(r.series).or_default().push((x, r.bytes));
@@ -830,16 +833,9 @@ impl State {
                             .1
                             .push((x, r.bytes));
                     }
-                    // The tree process by process, beside the judged samples (the cheap read
-                    // each time where the kernel allows it, else every fourth).
-                    if let (Signal::Process { pid }, Phase::Judged) = (signal, self.phase) {
-                        if leaklab_proc::status_is_exact() || x.is_multiple_of(4) {
-                            // The children's private memory is a walk of their mappings: every
-                            // fourth sample.
-                            if let Some(reading) = tree::read(*pid, x.is_multiple_of(4)) {
-                                self.tree.push((x, reading));
-                            }
-                        }
+                    // The tree process by process, from the read the series came from.
+                    if let (Some(reading), Phase::Judged) = (tree, self.phase) {
+                        self.tree.push((x, reading));
                     }
                 }
                 Err(e) => {

@@ -2,6 +2,7 @@
 //! GPU's per-process memory, and the service's own Prometheus gauges. Each [`Signal`] reads
 //! one or more named series; a read that fails says why in words a user can act on.
 
+use crate::tree::TreeReading;
 use anyhow::{anyhow, bail, Context, Result};
 use leaklab_proc::Cgroup;
 use leaklab_vocab::Probe;
@@ -39,7 +40,8 @@ pub struct Reading {
 pub enum Signal {
     /// The resident memory of a process and all its descendants (uvicorn and gunicorn
     /// workers are children): `rss` and `anonymous` (which ignores mapped files, the better
-    /// leak signal), read as `leaklab_proc::resident` says (cheap where the kernel allows).
+    /// leak signal), summed from one walk of the tree ([`crate::tree::try_read`], cheap where
+    /// the kernel allows), the walk the diagnosis's per-process reading comes from too.
     Process { pid: u32 },
     /// A cgroup folder, v2 (`memory.current`, `memory.max`) or v1 (`memory.usage_in_bytes`,
     /// `memory.limit_in_bytes`): the working set (usage less inactive file cache) is what the
@@ -89,8 +91,21 @@ impl Signal {
     }
 
     pub async fn read(&self) -> Result<Vec<Reading>> {
-        match self {
-            Signal::Process { pid } => read_process(*pid),
+        Ok(self.read_with_tree(false).await?.0)
+    }
+
+    /// One read of the signal and, for a process tree, the tree process by process from that
+    /// same read (one walk of `/proc`, so the series and the diagnosis see one instant);
+    /// `private`: the children's private dirty memory too (costly: see [`crate::tree::try_read`]).
+    pub async fn read_with_tree(
+        &self,
+        private: bool,
+    ) -> Result<(Vec<Reading>, Option<TreeReading>)> {
+        let readings = match self {
+            Signal::Process { pid } => {
+                let tree = read_process(*pid, private)?;
+                return Ok((process_series(tree.total), Some(tree)));
+            }
             Signal::Cgroup(c) => read_cgroup(c),
             Signal::Gpu { pid, nvml } => read_gpu(*pid, nvml),
             Signal::Metrics {
@@ -98,7 +113,8 @@ impl Signal {
                 series,
                 client,
             } => read_metrics(client, url, series).await,
-        }
+        };
+        Ok((readings?, None))
     }
 
     /// The most this signal's memory can reach, when the signal knows it: the cgroup's limit,
@@ -112,15 +128,13 @@ impl Signal {
     }
 }
 
-fn read_process(pid: u32) -> Result<Vec<Reading>> {
-    let mut total = leaklab_proc::resident(pid).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))?;
-    for child in leaklab_proc::process_tree(pid).into_iter().skip(1) {
-        // A child may exit between listing and reading: it simply no longer counts.
-        if let Ok(rollup) = leaklab_proc::resident(child) {
-            total = total + rollup;
-        }
-    }
-    Ok(vec![
+fn read_process(pid: u32, private: bool) -> Result<TreeReading> {
+    crate::tree::try_read(pid, private).map_err(|e| anyhow!("process {pid} is gone or unreadable ({e}): it exited, or it is not yours (run as its user or root)"))
+}
+
+/// The tree's summed memory as its two series.
+fn process_series(total: leaklab_proc::Rollup) -> Vec<Reading> {
+    vec![
         Reading {
             series: "anonymous".into(),
             kind: Kind::Host,
@@ -131,7 +145,7 @@ fn read_process(pid: u32) -> Result<Vec<Reading>> {
             kind: Kind::Host,
             bytes: total.rss as i64,
         },
-    ])
+    ]
 }
 
 fn read_cgroup(cgroup: &Cgroup) -> Result<Vec<Reading>> {
@@ -410,9 +424,9 @@ mod tests {
     #[test]
     fn this_process_reads_and_a_gone_one_says_so() {
         let me = std::process::id();
-        let r = read_process(me).unwrap();
+        let r = process_series(read_process(me, false).unwrap().total);
         assert!(r[1].bytes >= r[0].bytes && r[0].bytes > 0, "{r:?}");
-        assert!(read_process(u32::MAX - 1)
+        assert!(read_process(u32::MAX - 1, false)
             .unwrap_err()
             .to_string()
             .contains("gone"));

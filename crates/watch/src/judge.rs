@@ -12,6 +12,7 @@ use crate::sample::Point;
 use leaklab_detect::budget::{ops, proven, seconds_to_oom, unbudgeted, Budget, Ops};
 use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample};
 use leaklab_scan::signals::Kind;
+use leaklab_scan::tree::TreeReading;
 use leaklab_scan::{SeriesResult, HOST_NOISE_FLOOR};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -51,6 +52,8 @@ impl std::fmt::Display for Restart {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Run<'a> {
     pub restart: Option<Restart>,
+    /// The index of its first look among all the looks.
+    pub start: usize,
     pub points: &'a [Point],
 }
 
@@ -79,6 +82,7 @@ pub fn runs(points: &[Point]) -> Vec<Run<'_>> {
         if i == points.len() || cut.is_some() {
             runs.push(Run {
                 restart: why.take(),
+                start,
                 points: &points[start..i],
             });
             (start, why) = (i, cut);
@@ -131,19 +135,55 @@ pub fn per_request(
     even(&looks_per_request(points, series, warmup, clock_rate))
 }
 
-/// The looks put on an even grid of request counts, as many points as looks, each holding the
-/// last look at or before it. Production's rate varies, so the looks fall 4 requests apart in a
-/// quiet minute and 20 in a busy one; the detector's noise estimate compares the steps between
-/// its floor points, which must then span equal numbers of requests (measured: a leak of 32 kB a
-/// request at 20 to 100 requests a second read as a plateau with 3.2 MB of noise on the looks as
-/// they fell, see crates/cli/tests/watch.rs). Holding the last look, not interpolating, keeps
-/// every value one that was measured.
-pub fn even(samples: &[Sample]) -> Vec<Sample> {
+/// A look's value at a request count between two looks: on the line through them.
+pub trait Between: Clone {
+    /// `a` moved a share `f` (0 to 1) of the way to `b`.
+    fn between(a: &Self, b: &Self, f: f64) -> Self;
+}
+
+impl Between for i64 {
+    fn between(a: &i64, b: &i64, f: f64) -> i64 {
+        a + ((b - a) as f64 * f).round() as i64
+    }
+}
+
+impl Between for TreeReading {
+    /// Each process's anonymous bytes where both looks saw it; the rest as `a` saw it.
+    fn between(a: &TreeReading, b: &TreeReading, f: f64) -> TreeReading {
+        let anonymous = a
+            .anonymous
+            .iter()
+            .map(
+                |&(pid, va)| match b.anonymous.iter().find(|(p, _)| *p == pid) {
+                    Some(&(_, vb)) => (pid, i64::between(&(va as i64), &(vb as i64), f) as u64),
+                    None => (pid, va),
+                },
+            )
+            .collect();
+        TreeReading {
+            anonymous,
+            ..a.clone()
+        }
+    }
+}
+
+/// The looks put on an even grid of request counts, as many points as looks, each the line
+/// between the looks on either side of it (the look itself where one falls on it). Production's
+/// rate varies, so the looks fall 4 requests apart in a quiet minute and 20 in a busy one; the
+/// detector's noise estimate compares the steps between its floor points, which must then span
+/// equal numbers of requests (measured: a leak of 32 kB a request at 20 to 100 requests a second
+/// read as a plateau with 3.2 MB of noise on the looks as they fell, see
+/// crates/cli/tests/watch.rs). A grid point that held the last look at or before it instead was
+/// that look's requests behind, up to a whole look's worth where requests come fast (20 at 100 a
+/// second every 200 ms, 655 kB of this leak), and differently so in each phase: the noise of
+/// the same looks read 507 and 550 kB held, 14 and 94 kB on the line (two watches beside two
+/// busy cores), and once, on a loaded machine, 1.3 MB held, which read a plateau.
+pub fn even<T: Between>(samples: &[(u64, T)]) -> Vec<(u64, T)> {
     let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
         return Vec::new();
     };
     let step = ((last.0 - first.0) as f64 / (samples.len().max(2) - 1) as f64).max(1.0);
-    let mut out: Vec<Sample> = Vec::with_capacity(samples.len());
+    let mut out: Vec<(u64, T)> = Vec::with_capacity(samples.len());
     let mut i = 0;
     for k in 0.. {
         let x = first.0 + (k as f64 * step).round() as u64;
@@ -153,9 +193,15 @@ pub fn even(samples: &[Sample]) -> Vec<Sample> {
         while i + 1 < samples.len() && samples[i + 1].0 <= x {
             i += 1;
         }
-        if out.last().is_none_or(|s| s.0 != x) {
-            out.push((x, samples[i].1));
+        if out.last().is_some_and(|s| s.0 == x) {
+            continue;
         }
+        let (a, b) = (&samples[i], samples.get(i + 1));
+        let value = match b {
+            Some(b) if a.0 < x => T::between(&a.1, &b.1, (x - a.0) as f64 / (b.0 - a.0) as f64),
+            _ => a.1.clone(),
+        };
+        out.push((x, value));
     }
     out
 }
@@ -183,6 +229,27 @@ pub fn looks_per_request(
         out.push((x, bytes - clock.round() as i64));
     }
     out
+}
+
+/// The process tree per request over a run, as [`per_request`] takes the summed series: the
+/// first look at each request count (x: requests since the run's first look), on the even grid.
+/// `trees`: each look's tree reading and its root, aligned with `points`.
+pub fn tree_per_request(
+    points: &[Point],
+    trees: &[Option<(u32, TreeReading)>],
+) -> Option<(u32, Vec<(u64, TreeReading)>)> {
+    let base = points.first()?.answered;
+    let root = trees.iter().flatten().last()?.0;
+    let mut out = Vec::<(u64, TreeReading)>::new();
+    for (p, tree) in points.iter().zip(trees) {
+        let Some((r, reading)) = tree else { continue };
+        let x = p.answered - base;
+        if *r != root || out.last().is_some_and(|s| s.0 == x) {
+            continue;
+        }
+        out.push((x, reading.clone()));
+    }
+    Some((root, even(&out)))
 }
 
 /// Memory that moved while no request arrived.
@@ -469,15 +536,49 @@ mod tests {
     }
 
     #[test]
-    fn looks_at_uneven_counts_are_held_on_an_even_grid() {
-        // Four requests a look, then twenty: five looks, five grid points 12.5 requests apart.
+    fn looks_at_uneven_counts_are_put_on_an_even_grid_on_the_lines_between_them() {
+        // Four requests a look, then twenty: five looks, five grid points 12.5 requests apart,
+        // each on the line between the looks beside it (10 B a request: exactly 10 x).
         let looks = vec![(0, 0), (4, 40), (8, 80), (28, 280), (50, 500)];
         assert_eq!(
             even(&looks),
-            vec![(0, 0), (13, 80), (25, 80), (38, 280), (50, 500)]
+            vec![(0, 0), (13, 130), (25, 250), (38, 380), (50, 500)]
         );
         assert_eq!(even(&[(7, 1)]), vec![(7, 1)]);
-        assert!(even(&[]).is_empty());
+        assert!(even::<i64>(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_tree_per_request_keeps_the_first_look_at_each_count_under_the_last_root() {
+        let tree = |bytes: u64| TreeReading {
+            threads: 3,
+            anonymous: vec![(1, bytes)],
+            ..TreeReading::default()
+        };
+        let points = vec![
+            point(0.0, 0, 1, 0),
+            point(1.0, 0, 1, 0),
+            point(2.0, 5, 1, 0),
+            point(3.0, 10, 1, 0),
+            point(4.0, 10, 1, 0),
+        ];
+        let trees = vec![
+            Some((1, tree(100))),
+            Some((1, tree(110))),
+            None,
+            Some((1, tree(300))),
+            Some((7, tree(900))),
+        ];
+        let (root, readings) = tree_per_request(&points, &trees).unwrap();
+        assert_eq!(root, 7, "the root of the last look");
+        assert_eq!(readings.len(), 1, "root 7's look alone: {readings:?}");
+        let (root, readings) = tree_per_request(&points[..4], &trees[..4]).unwrap();
+        let seen: Vec<(u64, u64)> = readings
+            .iter()
+            .map(|(x, r)| (*x, r.anonymous[0].1))
+            .collect();
+        assert_eq!((root, seen), (1, vec![(0, 100), (10, 300)]));
+        assert!(tree_per_request(&points, &[None, None, None, None, None]).is_none());
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! cut into runs at each restart ([`judge::runs`]); each run's memory is judged per request by
 //! the scan's detector on the looks where the count moved, and apart from that per hour while no
 //! request arrives ([`judge`]). A live line says the verdict so far; the end, Ctrl-C or SIGTERM
-//! keeps the report (report.html, JSON, plots). On a leak, with the agent, it takes the tensor
-//! census (and on CUDA the snapshot) at the end. Exit codes as the scan's: 0 pass, 1 fail, 2 no
-//! verdict yet.
+//! keeps the report (report.html, JSON, plots). With the agent it takes the tensor census at the
+//! start and, on a leak, again at the end (and on CUDA the snapshot): the holders that grew
+//! between them name the owner ([`diagnosis`]: verdict, axis, owner first). Exit codes as the
+//! scan's: 0 pass, 1 fail, 2 no verdict yet.
 
+pub mod diagnosis;
 pub mod judge;
 pub mod report;
 pub mod sample;
@@ -18,7 +20,8 @@ use anyhow::{bail, Context, Result};
 use judge::{IdleFinding, Judging, RunResult};
 use leaklab_detect::budget::{Budget, Named};
 use leaklab_report::{human_bytes, human_duration, Outcome};
-use leaklab_scan::agent::Census;
+use leaklab_scan::agent::{Census, CensusDiff};
+use leaklab_scan::diagnosis::OwnerReading;
 use leaklab_scan::signals::{Kind, Signal};
 use sample::{Counter, Point, Sampler};
 use serde::{Deserialize, Serialize};
@@ -94,8 +97,16 @@ pub struct WatchReport {
     pub runs: Vec<RunResult>,
     /// The run that decides: the first that fails, else the last judged.
     pub deciding: Option<usize>,
-    /// With the agent, on a leak: its tensor census at the end, largest holders first.
-    pub census: Option<Census>,
+    /// The axis memory grows along in the deciding run (where a run is judged).
+    pub axis: Option<diagnosis::AxisReading>,
+    /// Who owns the growth, on a leak.
+    pub owner: Option<OwnerReading>,
+    /// With the agent, on a leak: the holders that grew between its censuses at the watch's
+    /// start and its end (the scan's `census`).
+    pub census: Option<CensusDiff>,
+    /// With the agent, on a leak where the two censuses cannot be compared (no census at the
+    /// start, or the end's reached another process): the end's, largest holders first.
+    pub census_at_end: Option<Census>,
     /// With the agent on CUDA, on a leak: the snapshot pickle written beside the report.
     pub snapshot_file: Option<String>,
     #[serde(skip)]
@@ -313,17 +324,41 @@ async fn watch(
         Counter::Metrics { url, .. } => url.clone(),
     };
     let mut notes = Vec::new();
+    // With the agent, the census at the start, before the first look: what it costs the service
+    // (its walk's memory, the allocator keeps) is then in every look, not a step among them.
+    let start_census = match &sampler.counter {
+        Counter::Agent(base) => match leaklab_scan::agent::fetch(&sampler.client, base).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!("no census at the start, so a leak's holders are the largest at the end, not those that grew: {e:#}"));
+                None
+            }
+        },
+        Counter::Metrics { .. } => None,
+    };
     // The first look must succeed: a wrong address, a refused token or a bad PID is said now.
     let started = Instant::now();
-    let first = sampler
+    let (first, tree) = sampler
         .look(0.0, &mut notes)
         .await
         .context("the first look failed, so nothing can be watched")?;
     if first.memory.is_empty() {
         bail!("the first look read no memory series");
     }
+    // Said on stderr whatever the output: the watch has begun looking.
+    eprintln!(
+        "leaklab watch: the first look is taken; a look every {} for {} at the most{}",
+        report::interval(cmd.interval.as_secs_f64()),
+        human_duration(cmd.duration.as_secs_f64()),
+        start_census.as_ref().map_or(String::new(), |c| format!(
+            " (the census at the start: {} holders, {:.2} s)",
+            c.holders.len(),
+            c.seconds
+        ))
+    );
     let capacity = capacities(cmd, &sampler.signals);
     let mut points = vec![first];
+    let mut trees = vec![tree];
     let bar = progress(cmd.quiet, cmd.duration);
     let mut clock = tokio::time::interval(cmd.interval);
     clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -339,9 +374,10 @@ async fn watch(
         }
         let t = started.elapsed().as_secs_f64();
         match sampler.look(t, &mut notes).await {
-            Ok(p) => {
+            Ok((p, tree)) => {
                 failing = 0;
                 points.push(p);
+                trees.push(tree);
             }
             Err(e) => {
                 missed += 1;
@@ -383,18 +419,52 @@ async fn watch(
         .iter()
         .position(RunResult::fails)
         .or_else(|| runs.iter().rposition(RunResult::judged));
-    // On a leak, with the agent: who holds it now, and on CUDA the snapshot.
-    let (mut census, mut snapshot) = (None, None);
+    // On a leak, with the agent: who holds it now against the start, and on CUDA the snapshot.
+    let (mut census, mut census_at_end, mut snapshot) = (None, None, None);
+    // Seconds between the two censuses, by the service's clock.
+    let mut between = 0.0;
     if let (Outcome::Fail, Counter::Agent(base)) = (outcome, &sampler.counter) {
         match leaklab_scan::agent::fetch(&sampler.client, base).await {
-            Ok(c) => census = Some(c),
+            Ok(end) => {
+                between = start_census
+                    .as_ref()
+                    .map_or(0.0, |s| end.taken_at - s.taken_at);
+                match compare(start_census.as_ref(), &end, &points) {
+                    Ok(d) => census = Some(d),
+                    Err(why) => {
+                        notes.push(why);
+                        census_at_end = Some(end);
+                    }
+                }
+            }
             Err(e) => notes.push(format!(
                 "no census from the agent at the end, so no holder named: {e:#}"
             )),
         }
         snapshot = cuda_snapshot(&sampler.client, base, &mut notes).await;
     }
-    let diagnosis = diagnose(&runs, deciding, census.as_ref());
+    let axis = deciding.map(|i| {
+        let r = judge::runs(&points)
+            .into_iter()
+            .nth(i)
+            .expect("the deciding run is one of the runs");
+        let tree = &trees[r.start..r.start + r.points.len()];
+        let (processes, threads) = match judge::tree_per_request(r.points, tree) {
+            Some((root, readings)) => leaklab_scan::tree::judge(
+                root,
+                &readings,
+                cmd.warmup,
+                leaklab_scan::HOST_NOISE_FLOOR,
+            ),
+            None => (Vec::new(), None),
+        };
+        diagnosis::axis(&runs[i], processes, threads)
+    });
+    let owner = axis
+        .as_ref()
+        .filter(|_| outcome == Outcome::Fail)
+        .map(|a| diagnosis::owner(a, census.as_ref(), between));
+    let diagnosis = diagnose(&runs, deciding, census.as_ref(), census_at_end.as_ref());
     Ok(WatchReport {
         target,
         outcome,
@@ -407,12 +477,33 @@ async fn watch(
         budget,
         runs,
         deciding,
+        axis,
+        owner,
         census,
+        census_at_end,
         snapshot_file: snapshot.as_ref().map(|_| "snapshot.pickle".to_string()),
         snapshot,
         notes,
         points,
     })
+}
+
+/// The holders that grew between the census at the start and the one at the end, over the
+/// requests answered between the first look and the last; or why they cannot be compared.
+fn compare(
+    start: Option<&Census>,
+    end: &Census,
+    points: &[Point],
+) -> std::result::Result<CensusDiff, String> {
+    let Some(start) = start else {
+        return Err("no census at the start to compare with: the holders named are the largest at the end, not those that grew".into());
+    };
+    if start.pid != end.pid {
+        return Err(format!("the census at the end reached process {}, the one at the start process {} (a restart, or another worker): the holders named are the largest at the end, not those that grew", end.pid, start.pid));
+    }
+    let answered = |p: Option<&Point>| p.map_or(0, |p| p.answered);
+    let steps = answered(points.last()).saturating_sub(answered(points.first()));
+    Ok(leaklab_scan::agent::diff(start, end, steps))
 }
 
 /// The agent's CUDA snapshot, where the service uses CUDA (409 otherwise, said as a note).
@@ -449,7 +540,12 @@ async fn cuda_snapshot(
     Some(body)
 }
 
-fn diagnose(runs: &[RunResult], deciding: Option<usize>, census: Option<&Census>) -> String {
+fn diagnose(
+    runs: &[RunResult],
+    deciding: Option<usize>,
+    census: Option<&CensusDiff>,
+    at_end: Option<&Census>,
+) -> String {
     let Some(run) = deciding.map(|i| &runs[i]) else {
         return "No run has enough looks at distinct request counts to judge yet.".into();
     };
@@ -458,7 +554,7 @@ fn diagnose(runs: &[RunResult], deciding: Option<usize>, census: Option<&Census>
         .iter()
         .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
         .collect();
-    let mut text = leaklab_scan::verdict::diagnose(&growing, census.is_some());
+    let mut text = leaklab_scan::verdict::diagnose(&growing, census.is_some() || at_end.is_some());
     let idle: Vec<&IdleFinding> = runs
         .iter()
         .flat_map(|r| &r.idle)
@@ -482,7 +578,11 @@ fn diagnose(runs: &[RunResult], deciding: Option<usize>, census: Option<&Census>
             ));
         }
     }
-    if let Some(top) = census.and_then(|c| c.holders.first()) {
+    if let Some(line) = census.and_then(|c| c.lines(1, "request").pop()) {
+        text.push_str(&format!(
+            " The agent's censuses at the watch's start and end name the holder that grew most: {line}."
+        ));
+    } else if let Some(top) = at_end.and_then(|c| c.holders.first()) {
         text.push_str(&format!(
             " The agent's census at the end: the largest holder is {} ({}, {} tensors, {}).",
             top.holder,

@@ -128,8 +128,38 @@ impl WatchReport {
         text
     }
 
+    /// The report's first lines: verdict, axis, owner, mechanism and fix.
+    pub fn first_lines(&self) -> Vec<String> {
+        let (answer, words) = self.outcome_words();
+        let deciding = self.deciding_series().map_or(String::new(), |(s, j)| {
+            format!(
+                " ({} {}, {} a request)",
+                s.series,
+                j.verdict,
+                human_bytes(j.slope.bytes_per_request)
+            )
+        });
+        crate::diagnosis::first_lines(
+            &format!("{answer}: {words}{deciding}"),
+            self.axis.as_ref(),
+            self.owner.as_ref(),
+        )
+    }
+
+    /// The deciding run's deciding series: the first that fails, else the first judged.
+    fn deciding_series(&self) -> Option<(&SeriesResult, &leaklab_detect::NoisyJudgement)> {
+        let run = self.deciding.map(|i| &self.runs[i])?;
+        let s = run
+            .series
+            .iter()
+            .find(|s| s.ops.is_some_and(Ops::fails))
+            .or_else(|| run.series.iter().find(|s| s.judgement.is_some()))?;
+        Some((s, s.judgement.as_ref()?))
+    }
+
+    /// The census at the end alone (where the two could not be compared), largest holders.
     fn census_lines(&self, top: usize) -> Vec<String> {
-        self.census.as_ref().map_or(Vec::new(), |c| {
+        self.census_at_end.as_ref().map_or(Vec::new(), |c| {
             c.holders
                 .iter()
                 .take(top)
@@ -147,7 +177,8 @@ impl WatchReport {
     }
 
     pub fn table(&self) -> String {
-        let mut out = Vec::new();
+        let mut out = self.first_lines();
+        out.push(String::new());
         for run in &self.runs {
             out.push(run.heading());
             out.push(run.table().text());
@@ -155,6 +186,9 @@ impl WatchReport {
                 out.push(format!("  {}", idle_line(f)));
             }
             out.push(String::new());
+        }
+        if let Some(c) = &self.census {
+            out.push(format!("Who holds it (the agent's tensor census at the watch's start and at its end, {} requests apart):\n{}\n", c.steps, c.text(5, "request")));
         }
         let census = self.census_lines(5);
         if !census.is_empty() {
@@ -236,14 +270,19 @@ impl WatchReport {
             answer: answer.into(),
             headline: format!("{}{}.", &words[..1].to_uppercase(), &words[1..]),
             figures,
-            text: vec![self.diagnosis.clone()],
+            text: self
+                .first_lines()
+                .into_iter()
+                .chain(std::iter::once(self.diagnosis.clone()))
+                .collect(),
         }
     }
 
     pub fn markdown(&self) -> String {
         let mut md = format!(
-            "# leaklab watch of {}\n\n**{}**\n\n",
+            "# leaklab watch of {}\n\n```text\n{}\n```\n\n**{}**\n\n",
             self.target,
+            self.first_lines().join("\n"),
             self.summary().replace('\n', "\n\n")
         );
         for run in &self.runs {
@@ -254,6 +293,9 @@ impl WatchReport {
                 md.push_str(&format!("- {}\n", idle_line(f)));
             }
             md.push('\n');
+        }
+        if let Some(c) = &self.census {
+            md.push_str(&c.markdown(10, "request"));
         }
         let census = self.census_lines(10);
         if !census.is_empty() {
@@ -298,7 +340,7 @@ impl Report for WatchReport {
                 section = section.chart(
                     svg,
                     format!(
-                        "{}: the first look at each request count of run {}, and its floor, in MB above the first judged look. {}, {} per request, noise {}.",
+                        "{}: the looks of run {} on an even grid of request counts (the first look at each count, the grid's points on the lines between them), and its floor, in MB above the first judged point. {}, {} per request, noise {}.",
                         s.series,
                         run.index,
                         j.verdict,
@@ -308,6 +350,18 @@ impl Report for WatchReport {
                 );
             }
             page = page.section(section);
+        }
+        if let Some(c) = &self.census {
+            let mut section = Section::new(format!(
+                "Who holds it: the agent's tensor census at the watch's start and at its end, {} requests apart",
+                c.steps
+            ));
+            section = if c.grown.is_empty() {
+                section.text(c.text(20, "request"))
+            } else {
+                section.table(c.table(20, "request").caption(c.totals("request")))
+            };
+            page = page.section(section.notes(&c.notes));
         }
         let census = self.census_lines(20);
         if !census.is_empty() {
@@ -351,7 +405,7 @@ impl Report for WatchReport {
 }
 
 /// The interval between looks: milliseconds below a second (`200 ms`), else as durations are said.
-fn interval(seconds: f64) -> String {
+pub(crate) fn interval(seconds: f64) -> String {
     if seconds < 1.0 {
         format!("{:.0} ms", seconds * 1000.0)
     } else {

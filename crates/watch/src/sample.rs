@@ -5,6 +5,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use leaklab_scan::signals::{kind_of, pick, Kind, Signal};
+use leaklab_scan::tree::TreeReading;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -18,8 +19,8 @@ pub struct Point {
     /// Requests started, where the count knows them (the agent's): started minus answered are in
     /// flight, so the service is not idle.
     pub started: Option<u64>,
-    /// The serving processes (the agent's workers, or the PID watched), sorted: a change is a
-    /// restart.
+    /// The serving processes (the agent's workers, the PID watched, or the cgroup's processes),
+    /// sorted: a change is a restart.
     pub pids: Vec<u32>,
     /// Series name → bytes.
     pub memory: BTreeMap<String, i64>,
@@ -100,8 +101,13 @@ impl Sampler {
 
     /// One look. An error is a look that failed (the service restarting, the agent busy): the
     /// watch says it and looks again at the next interval. `notes` gets what changed (a PID
-    /// followed).
-    pub async fn look(&mut self, t: f64, notes: &mut Vec<String>) -> Result<Point> {
+    /// followed). With `--pid`, the process tree process by process besides (for the axis: which process
+    /// grew), read at the same moment, with its root.
+    pub async fn look(
+        &mut self,
+        t: f64,
+        notes: &mut Vec<String>,
+    ) -> Result<(Point, Option<(u32, TreeReading)>)> {
         let mut memory = BTreeMap::new();
         let (answered, started, mut pids, new_process) = match self.counter.clone() {
             Counter::Agent(base) => {
@@ -158,8 +164,10 @@ impl Sampler {
                 (count.round() as u64, None, Vec::new(), None)
             }
         };
+        // The process tree comes with the process signal's own read: one walk of /proc a look.
+        let mut tree = None;
         for i in 0..self.signals.len() {
-            let readings = match self.signals[i].read().await {
+            let (readings, walked) = match self.signals[i].read_with_tree(false).await {
                 Ok(r) => r,
                 Err(e) => {
                     // The watched process is gone: follow the new one where the agent names it.
@@ -172,9 +180,12 @@ impl Sampler {
                     }
                     notes.push(format!("process {old} is gone; the agent is answered by process {new} now, which the watch follows from {t:.0} s"));
                     self.signals[i] = Signal::Process { pid: new };
-                    self.signals[i].read().await?
+                    self.signals[i].read_with_tree(false).await?
                 }
             };
+            if let (Signal::Process { pid }, Some(walked)) = (&self.signals[i], walked) {
+                tree = Some((*pid, walked));
+            }
             for r in readings {
                 memory.insert(r.series, (r.kind, r.bytes));
             }
@@ -182,18 +193,40 @@ impl Sampler {
         if pids.is_empty() {
             pids.extend(self.pid());
         }
+        if pids.is_empty() {
+            pids = self.cgroup_processes();
+        }
         let mut bytes = BTreeMap::new();
         for (name, (kind, b)) in memory {
             self.kinds.entry(name.clone()).or_insert(kind);
             bytes.insert(name, b);
         }
-        Ok(Point {
-            t,
-            answered,
-            started,
-            pids,
-            memory: bytes,
-        })
+        Ok((
+            Point {
+                t,
+                answered,
+                started,
+                pids,
+                memory: bytes,
+            },
+            tree,
+        ))
+    }
+
+    /// The processes of the watched cgroup (`cgroup.procs`, v1 and v2 alike), sorted: with
+    /// neither the agent nor `--pid`, they are the serving processes, and one replaced inside
+    /// the cgroup is a restart. Empty where unreadable.
+    fn cgroup_processes(&self) -> Vec<u32> {
+        let Some(dir) = self.signals.iter().find_map(|s| match s {
+            Signal::Cgroup(c) => Some(&c.dir),
+            _ => None,
+        }) else {
+            return Vec::new();
+        };
+        let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let mut pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        pids.sort_unstable();
+        pids
     }
 
     async fn get(&self, url: &str) -> Result<Vec<u8>> {

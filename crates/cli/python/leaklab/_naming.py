@@ -80,6 +80,31 @@ class Label:
         return "".join(self.tokens[:end])
 
 
+def _above(pos: int, parent: array.array[int]) -> set[int]:
+    """``pos`` and every position on its path up to its root."""
+    chain = set()
+    while pos >= 0:
+        chain.add(pos)
+        pos = parent[pos]
+    return chain
+
+
+def _meet(pos: int, above: set[int], parent: array.array[int]) -> tuple[int, set[int]]:
+    """Where the path of ``pos`` joins the path ``above`` (-1: different roots), and that path's
+    part from there up.
+
+    A holder's identity is the deepest object all its tensors are reached through: the list of a
+    ``HISTORY[…]``, the dict of a ``_forward_hooks[…] → hook → cell 'noise'`` (each hook's cell its
+    own). The walk reaches that object by one path in a census and maybe another in the next; the
+    object itself stays the same.
+    """
+    while pos >= 0 and pos not in above:
+        pos = parent[pos]
+    if pos < 0:
+        return -1, set()
+    return pos, _above(pos, parent)
+
+
 class Namer:
     """Names the holders of tensors; caches what it read of each mapping and class."""
 
@@ -90,6 +115,9 @@ class Namer:
         # id(mapping) -> (mapping, {id(value): key}); the mapping is kept so its id stays its own.
         self.keys: dict[int, tuple[Any, dict[int, Any]]] = {}
         self.attr_names: dict[type, tuple[str, ...]] = {}
+        #: holder -> ``id()`` of the deepest object all its tensors are reached through (None:
+        #: they share none), filled by :meth:`holders`.
+        self.identities: dict[str, int | None] = {}
 
     def holders(
         self,
@@ -106,6 +134,9 @@ class Namer:
         # position, and once per rendered container path (ten thousand records in one list).
         slots: dict[int, tuple[str, str]] = {}
         paths: dict[tuple[str, ...], tuple[str, str]] = {}
+        # holder -> (position of the deepest object all its tensors are reached through, or -1
+        # where they share none; the positions above it, to meet the next tensor's path).
+        meets: dict[str, tuple[int, set[int]]] = {}
         for n, t in enumerate(found):
             if n % CHECK_EVERY == 0 and bounds.up(f"{n:,} of {len(found):,} reached tensors were named"):
                 entries.extend((t, NOT_NAMED, "not reached") for t in found[n:])
@@ -124,7 +155,13 @@ class Namer:
                     label = self.child_label(order[p], label, t)
                     known = (label.holder(), label.kind)
             entries.append((t, *known))
+            meet = meets.get(known[0])
+            if meet is None:
+                meets[known[0]] = (p, _above(p, parent))
+            elif meet[0] != p and meet[0] >= 0:
+                meets[known[0]] = _meet(p, meet[1], parent)
         self.keys.clear()
+        self.identities = {name: id(order[m]) if m >= 0 else None for name, (m, _) in meets.items()}
         return entries
 
     def label(self, pos: int, order: list[Any], parent: array.array[int], labels: dict[int, Label]) -> Label:

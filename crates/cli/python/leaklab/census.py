@@ -8,7 +8,8 @@ make_hook.<locals>.hook → cell 'x'``), and sums per holder the bytes of the te
 share it) and of what their autograd graphs keep alive. Taken twice, after a warm-up and after N
 requests, the holders whose bytes grew are the leak, and the names say where it is kept.
 
-This module holds the document, :func:`census` and :func:`diff`; the census's jobs live in
+This module holds the document, :func:`census` and :func:`census_diff` (the ``leaklab`` binary's
+diff, the one every tool uses); the census's jobs live in
 modules of their own (the costs are in docs/agent.md):
 
 1. :mod:`leaklab._walk`: the tensors among the objects the collector lists, then a
@@ -26,15 +27,20 @@ Python code and hands the GIL to any thread waiting for it every 1,024 objects, 
 loop keeps serving while it runs; ``max_seconds`` and ``max_depth`` bound it, its deadline
 checked in every phase (:mod:`leaklab._bounds`); a census that stopped early says why and keeps
 what it found. A tensor ``gc.freeze()`` hid from ``gc.get_objects()`` is still found by the walk.
-Importing this module imports no torch: :func:`census` imports it when it runs.
+Importing this module imports no torch, nor does :func:`census`: a process that has not
+imported torch holds no tensors, and its census says so (torch ``not imported``).
 """
 
 from __future__ import annotations
 
 import collections
 import gc
+import importlib.util
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, TypedDict
 
@@ -47,12 +53,15 @@ from leaklab._unreached import Unreached
 from leaklab._walk import listed_tensors, roots, walk
 
 SCHEMA = "leaklab.census/1"
+#: A diff takes milliseconds: past this, the binary is stuck.
+DIFF_TIMEOUT_SECONDS = 60.0
 #: The holder of the tensors a census that ran out of time could not count (their number only).
 NOT_COUNTED = "(not counted: the census stopped early)"
 
 __all__ = [
     "ITEM",
     "SCHEMA",
+    "CensusDiff",
     "CensusDoc",
     "CensusError",
     "GraphStats",
@@ -61,7 +70,7 @@ __all__ = [
     "Phases",
     "Totals",
     "census",
-    "diff",
+    "census_diff",
 ]
 
 
@@ -85,6 +94,11 @@ class Holder(TypedDict):
     dtypes: dict[str, int]  #: tensors per dtype (``float32``)
     shapes: list[list[int]]  #: up to five distinct shapes, in the order met
     graph: GraphStats
+    #: ``id()`` of the deepest object every tensor of the holder is reached through (the list,
+    #: the hook dict): the same object in every census of this process however the walk reached
+    #: it, so that a holder reached by another path is still itself. None where its tensors
+    #: share no object (frames of different threads) or it has no path (not reached).
+    identity: int | None
 
 
 class Totals(TypedDict):
@@ -132,22 +146,58 @@ class CensusDoc(TypedDict):
 
 
 class Growth(TypedDict):
-    """A holder that grew between two censuses (:func:`diff`)."""
+    """A holder that grew between two censuses (:func:`census_diff`)."""
 
     holder: str
     kind: str
     bytes: int  #: bytes + graph saved bytes, after minus before
+    bytes_per_step: float  #: ``bytes`` over the calls or requests between the censuses
     tensors: int
     graph_nodes: int
+    bytes_after: int  #: bytes + graph saved bytes in the second census
+    shapes: list[list[int]]  #: up to three of its shapes in the second census
+
+
+class CensusDiff(TypedDict):
+    """Who holds what accumulated between two censuses (:func:`census_diff`, ``leaklab census-diff``)."""
+
+    steps: int
+    grown: list[Growth]  #: holders whose bytes, tensors or graph nodes grew, most bytes first
+    total_bytes: int  #: every tensor's bytes plus graph saved bytes, after minus before
+    total_tensors: int
+    total_graph_nodes: int
+    census_seconds: list[float]  #: what each census took, before and after
+    notes: list[str]  #: holders matched under another name, censuses that stopped early
 
 
 class CensusError(RuntimeError):
     """The census cannot run in this process (torch is not installed)."""
 
 
-def _import_torch() -> Any:
+class _NotImported:
+    """Stands in for torch in a process that has not imported it: it holds no tensors, and the
+    census must not import torch for it (a service that never used torch would gain ~270 MB and
+    3.5 s of CPU, measured on the watch's test service)."""
+
+    class Tensor:  # no object of the process is one of these
+        pass
+
+    __version__ = "not imported"
+
+
+def _torch() -> Any:
+    """torch where this process imported it; :class:`_NotImported` where it has not but could
+    (it holds no tensors, and nothing is imported); :class:`CensusError` where it cannot."""
     # Typed as Any on purpose: the census must work across torch versions and mypy need not
     # analyse torch to check this package.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
+    try:
+        if importlib.util.find_spec("torch") is not None:
+            return _NotImported
+    except (ImportError, ValueError):
+        pass  # said below, in import's own words
     try:
         import torch
     except ImportError as e:
@@ -178,7 +228,7 @@ def census(*, max_seconds: float = 10.0, max_depth: int = 1000, top: int = 0) ->
             "(sys._is_gil_enabled() is False): it reads reference counts and walks containers that other "
             "threads would change under it; run the service with PYTHON_GIL=1 (or python -X gil=1) to take one"
         )
-    torch = _import_torch()
+    torch = _torch()
     enabled = gc.isenabled()
     process = collector_state(), threads_state()  # before the census turns the collector off
     # A collection started by our own allocations would hold the GIL for its whole pass: the
@@ -197,29 +247,42 @@ def _gil_enabled() -> bool:
     return True if is_enabled is None else bool(is_enabled())
 
 
-def diff(before: CensusDoc, after: CensusDoc, min_bytes: int = 1) -> list[Growth]:
-    """The holders whose bytes (tensors plus graph saved bytes) grew by at least ``min_bytes``.
+def census_diff(before: CensusDoc, after: CensusDoc, steps: int = 1) -> CensusDiff:
+    """The holders that grew from ``before`` to ``after``, ``steps`` calls or requests apart.
 
-    Holders are matched by name; one that is new in ``after`` grew from nothing. Largest first.
+    One diff for every tool: this asks the ``leaklab`` binary (``leaklab census-diff --json``,
+    one subprocess), the diff ``leaklab scan --agent`` and the pytest plugin use. A holder is
+    compared with the same object in ``before`` where the census says so (its ``identity``,
+    however it was reached), else with the holder of the same name; growth in tensors or graph
+    nodes alone counts too. Raises :class:`CensusError` where the binary gives no answer.
     """
-    old = {h["holder"]: h for h in before["holders"]}
-    grown: list[Growth] = []
-    for h in after["holders"]:
-        o = old.get(h["holder"])
-        size = h["bytes"] + h["graph"]["saved_bytes"]
-        was = o["bytes"] + o["graph"]["saved_bytes"] if o else 0
-        if size - was >= min_bytes:
-            grown.append(
-                Growth(
-                    holder=h["holder"],
-                    kind=h["kind"],
-                    bytes=size - was,
-                    tensors=h["tensors"] - (o["tensors"] if o else 0),
-                    graph_nodes=h["graph"]["nodes"] - (o["graph"]["nodes"] if o else 0),
-                )
+    from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
+
+    if steps < 1:
+        raise ValueError(f"steps is the number of calls or requests between the censuses, at least 1, not {steps!r}")
+    try:
+        binary = find_leaklab_bin()
+    except LeaklabNotFound as e:
+        raise CensusError(f"the census diff is the leaklab binary's: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="leaklab-census-") as folder:
+        paths = [os.path.join(folder, name) for name in ("before.json", "after.json")]
+        for path, doc in zip(paths, (before, after), strict=True):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+        try:
+            done = subprocess.run(
+                [binary, "census-diff", *paths, "--steps", str(steps), "--json"],
+                capture_output=True,
+                timeout=DIFF_TIMEOUT_SECONDS,
+                check=False,
             )
-    grown.sort(key=lambda g: (-g["bytes"], g["holder"]))
-    return grown
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CensusError(f"{binary} census-diff gave no answer: {e}") from None
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-2000:] or "(nothing on stderr)"
+        raise CensusError(f"{binary} census-diff exited {done.returncode}: {said}")
+    answer: CensusDiff = json.loads(done.stdout)
+    return answer
 
 
 class _Totals:
@@ -231,6 +294,7 @@ class _Totals:
         "graph_saved",
         "graph_saved_bytes",
         "graph_tensors",
+        "identity",
         "kind",
         "name",
         "shapes",
@@ -244,6 +308,7 @@ class _Totals:
         self.dtypes: dict[str, int] = {}
         self.shapes: list[list[int]] = []
         self.graph_tensors = self.graph_nodes = self.graph_saved = self.graph_saved_bytes = 0
+        self.identity: int | None = None
 
     def document(self) -> Holder:
         return Holder(
@@ -260,6 +325,7 @@ class _Totals:
                 saved_tensors=self.graph_saved,
                 saved_bytes=self.graph_saved_bytes,
             ),
+            identity=self.identity,
         )
 
 
@@ -308,6 +374,9 @@ class _Census:
         del tensors, reached, found, order, parent, labels
         holders: dict[str, _Totals] = {}
         self.count(entries, holders)
+        for name, identity in self.namer.identities.items():
+            if name in holders:
+                holders[name].identity = identity
         lap("tensors")
 
         # 4: their graphs. Python-visible storages are all counted by now, so what a graph

@@ -6,11 +6,12 @@ import json
 import subprocess
 import sys
 import textwrap
+import types
 from typing import Any
 
 import pytest
 import torch
-from leaklab.census import CensusError, census, diff
+from leaklab.census import CensusError, census, census_diff
 
 KEEP: dict[str, Any] = {}
 
@@ -86,7 +87,67 @@ def test_a_census_leaves_nothing_the_next_one_sees(keep: Any) -> None:
     first, second = census(), census()
     strip = [(h["holder"], h["tensors"], h["bytes"], h["graph"]) for h in first["holders"]]
     assert strip == [(h["holder"], h["tensors"], h["bytes"], h["graph"]) for h in second["holders"]]
-    assert diff(first, second) == []
+    assert census_diff(first, second)["grown"] == []
+
+
+def test_a_holder_reached_by_a_shorter_path_later_is_still_itself() -> None:
+    # The zoo's forward_hook entry (docs/zoo.md): hooks registered per request, each closure
+    # keeping a tensor, found through the model in the first census and, in the second, by a
+    # shorter path that appeared meanwhile (there, a connection's scope reaching the route's
+    # closure). Named by their path, the hooks looked new: 90.11 kB a request for 16.38.
+    svc = types.ModuleType("hook_service")
+    exec(
+        textwrap.dedent(
+            """
+            import torch
+            MODEL = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+
+            def perturbation_hook(noise):
+                def hook(module, args, output):
+                    return output + noise if False else None
+                return hook
+
+            def request():
+                MODEL[2].register_forward_hook(perturbation_hook(torch.zeros(4096)))  # LEAK(hook)
+            """
+        ),
+        svc.__dict__,
+    )
+    sys.modules[svc.__name__] = svc
+    try:
+        for _ in range(10):
+            svc.request()
+        before = census()
+        svc.SHORTCUT = svc.MODEL[2]._forward_hooks  # a path two steps shorter than MODEL's
+        for _ in range(30):
+            svc.request()
+        after = census()
+    finally:
+        del sys.modules[svc.__name__]
+    cell = " → perturbation_hook.<locals>.hook → cell 'noise'"
+    first, second = (
+        _holder(before, f"hook_service.MODEL.2._forward_hooks[…]{cell}"),
+        _holder(after, f"hook_service.SHORTCUT[…]{cell}"),
+    )
+    assert first is not None and second is not None, "the names differ"
+    assert (first["tensors"], second["tensors"]) == (10, 40)
+    assert first["identity"] is not None and first["identity"] == second["identity"] == id(svc.MODEL[2]._forward_hooks)
+    d = census_diff(before, after, steps=30)
+    hooks = [g for g in d["grown"] if g["holder"].startswith("hook_service.")]
+    assert [(g["holder"], g["tensors"], g["bytes"], g["bytes_per_step"]) for g in hooks] == [
+        (f"hook_service.SHORTCUT[…]{cell}", 30, 30 * 16384, 16384.0)
+    ], "30 hooks of 16,384 B in 30 calls, not 40"
+    assert any("reached by another path" in n for n in d["notes"]), d["notes"]
+
+
+def test_the_diff_refuses_what_is_not_a_census_with_the_binary_s_sentence() -> None:
+    doc = census(top=1)
+    with pytest.raises(
+        CensusError, match=r"census-diff exited 2: .*after\.json: not a census: the JSON has no `schema`"
+    ):
+        census_diff(doc, {"holders": []}, steps=3)  # type: ignore[typeddict-item]
+    with pytest.raises(ValueError, match="at least 1"):
+        census_diff(doc, doc, steps=0)
 
 
 def test_a_graph_freed_by_backward_is_still_walked() -> None:
@@ -189,6 +250,19 @@ def test_importing_leaklab_imports_no_torch() -> None:
         print("ok")
     """)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_process_that_never_imported_torch_gets_an_empty_census_and_no_torch() -> None:
+    # The watch takes a census before its first look, into services that may never use torch:
+    # importing it there would add ~270 MB and seconds of CPU to the user's process.
+    done = _python("""
+        import json, sys
+        from leaklab.census import census
+        doc = census()
+        print(json.dumps([doc["torch"], doc["totals"]["tensors"], len(doc["holders"]), "torch" in sys.modules]))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["not imported", 0, 0, False]
 
 
 def test_without_torch_the_census_says_so_and_the_agent_answers_409() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import client_for
-from leaklab.census import diff
+from leaklab.census import census_diff
 
 WARMUP, N = 3, 10
 
@@ -115,12 +115,12 @@ def test_a_full_bounded_deque_does_not_grow(censuses: Any) -> None:
     a, b = _holder(before, "leaky_service.RECENT"), _holder(after, "leaky_service.RECENT")
     assert a["tensors"] == b["tensors"] == 8
     assert a["bytes"] == b["bytes"] == 8 * svc.OUT_BYTES
-    assert "leaky_service.RECENT" not in {g["holder"] for g in diff(before, after)}
+    assert "leaky_service.RECENT" not in {g["holder"] for g in census_diff(before, after, N)["grown"]}
 
 
 def test_the_diff_names_the_leaks_and_nothing_else(censuses: Any) -> None:
     before, after = censuses
-    grown = {g["holder"]: g for g in diff(before, after)}
+    grown = {g["holder"]: g for g in census_diff(before, after, N)["grown"]}
     expected = {name for name, _ in _expected().values()} | {"leaky_service.PIPELINE.acc"}
     assert set(grown) == expected
     assert after["complete"] and after["stopped_early"] is None

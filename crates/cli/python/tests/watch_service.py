@@ -1,9 +1,11 @@
 """A small FastAPI service for the tests of ``leaklab watch`` and of the workers' shared folder.
 
 ``POST /work`` makes a fresh buffer of ``WATCH_KEEP`` bytes (32 KiB) per request; the ``leaky``
-variant keeps every one, the ``fixed`` one only the last. The ``clock`` variant keeps nothing per
-request, but a background thread keeps a buffer every ``WATCH_CLOCK_PERIOD`` seconds, requests or
-not (``clock-fixed``: only the last). ``GET /metrics`` has the service's own counter of the
+variant keeps every one, the ``fixed`` one only the last; the ``tensors`` variant keeps a tensor of
+as many bytes a request (torch imported at startup), which the agent's census names by its holder,
+``watch_service.TENSORS``. The ``clock`` variant keeps nothing per request, but a background
+thread keeps a buffer every ``WATCH_CLOCK_PERIOD`` seconds, requests or not (``clock-fixed``:
+only the last). ``GET /metrics`` has the service's own counter of the
 ``/work`` requests, ``watch_requests_total``, as prometheus_client writes it. Configured by
 environment variables, since ``uvicorn --workers`` imports the app by name in each worker;
 leaklab's agent is mounted, its workers' folder from ``LEAKLAB_WORKERS_DIR``.
@@ -21,6 +23,7 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 
 import prometheus_client
 from fastapi import FastAPI, Response
@@ -31,6 +34,10 @@ KEEP = int(os.environ.get("WATCH_KEEP", "32768"))
 CLOCK_PERIOD = float(os.environ.get("WATCH_CLOCK_PERIOD", "0.1"))
 KEPT: list[bytes] = []
 TICKS: list[bytes] = []
+TENSORS: list[Any] = []
+
+if VARIANT == "tensors":
+    import torch
 
 app = FastAPI()
 app.add_middleware(LeaklabDebug, workers_period=float(os.environ.get("WATCH_WORKERS_PERIOD", "0.5")))
@@ -52,8 +59,10 @@ async def work() -> dict[str, int]:
     data = b"\x01" * KEEP  # a fresh buffer, every page touched
     if VARIANT == "leaky":
         KEPT.append(data)  # LEAK(history): every request's buffer kept forever
+    elif VARIANT == "tensors":
+        TENSORS.append(torch.ones(KEEP, dtype=torch.uint8))  # LEAK(tensors): a tensor kept a request
     else:
-        KEPT[:] = [data]  # FIX(history): only the last one kept
+        KEPT[:] = [data]  # FIX(history), FIX(tensors): only the last buffer kept, no tensor
     return {"kept": len(KEPT)}
 
 
@@ -77,7 +86,7 @@ def main() -> None:
     import uvicorn
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--variant", choices=["leaky", "fixed", "clock", "clock-fixed"], required=True)
+    parser.add_argument("--variant", choices=["leaky", "fixed", "tensors", "clock", "clock-fixed"], required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
