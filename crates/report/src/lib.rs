@@ -25,7 +25,7 @@ pub mod plot;
 pub mod progress;
 
 pub use table::{Cell, Table, Tone};
-pub use units::{human_bytes, human_duration};
+pub use units::{human_bytes, human_duration, signed_bytes};
 
 use serde::{Deserialize, Serialize};
 

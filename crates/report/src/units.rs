@@ -1,6 +1,15 @@
 //! Bytes and durations as every leaklab report writes them: decimal units, the way the
 //! reference scenario is stated (12 GB, 50 MB a request), and durations an operator reads.
 
+/// [`human_bytes`] with its sign always written: a growth, "+16.38 kB", or a fall.
+pub fn signed_bytes(bytes: f64) -> String {
+    if bytes >= 0.0 {
+        format!("+{}", human_bytes(bytes))
+    } else {
+        human_bytes(bytes)
+    }
+}
+
 /// Bytes in decimal units (kB, MB, GB), as the reference scenario is stated.
 pub fn human_bytes(bytes: f64) -> String {
     let abs = bytes.abs();

@@ -8,7 +8,7 @@
 //! censuses the pytest plugin takes the same way, so both say "who holds it" in one voice.
 
 use anyhow::{bail, Result};
-use leaklab_report::{human_bytes, Cell, Table};
+use leaklab_report::{human_bytes, signed_bytes, Cell, Table};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -270,14 +270,6 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
         total_graph_nodes: after.totals.graph_nodes as i64 - before.totals.graph_nodes as i64,
         census_seconds: (before.seconds, after.seconds),
         notes,
-    }
-}
-
-fn signed_bytes(b: f64) -> String {
-    if b >= 0.0 {
-        format!("+{}", human_bytes(b))
-    } else {
-        human_bytes(b)
     }
 }
 

@@ -12,7 +12,7 @@
 use crate::agent::{CensusDiff, Collector};
 use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::{NoisyJudgement, Slope, Verdict};
-use leaklab_report::human_bytes;
+use leaklab_report::{human_bytes, signed_bytes};
 use serde::{Deserialize, Serialize};
 
 /// The axis memory grows along, as measured (the zoo's vocabulary, lab/zoo/_zoo.py).
@@ -120,14 +120,6 @@ fn threads_grew(threads: Option<ThreadCount>, requests: usize) -> Option<u64> {
     (added >= 8 && added as f64 >= requests as f64 / 20.0).then_some(added)
 }
 
-fn signed(b: f64) -> String {
-    if b >= 0.0 {
-        format!("+{}", human_bytes(b))
-    } else {
-        human_bytes(b)
-    }
-}
-
 /// The axis from the phases. `judged`: the deciding series over the judged requests; `repeats`:
 /// the same series over the repeat phase (none where it did not run).
 pub fn axis(
@@ -144,7 +136,7 @@ pub fn axis(
     let bound_words = if bounded {
         format!(
             "; it rose {} and stopped within the judged requests: bounded (a capacity, or the distinct inputs)",
-            signed(judged.rise_bytes)
+            signed_bytes(judged.rise_bytes)
         )
     } else {
         String::new()
@@ -180,7 +172,7 @@ pub fn axis(
             Axis::None,
             format!(
                 "{series} rose {} ({:.2} % of its {}) and stopped: the service settling, not growth",
-                signed(judged.rise_bytes),
+                signed_bytes(judged.rise_bytes),
                 100.0 * judged.rise_bytes / judged.first.1.max(1) as f64,
                 human_bytes(judged.first.1 as f64)
             ),
@@ -195,11 +187,11 @@ pub fn axis(
             Axis::PerNewThread,
             format!(
                 "{} per new thread: the threads alive went from {} to {} over {} requests while {series} grew {} a request",
-                signed(per_thread),
+                signed_bytes(per_thread),
                 t.first,
                 t.last,
                 judged.samples,
-                signed(per)
+                signed_bytes(per)
             ),
         )
     } else {
@@ -208,8 +200,8 @@ pub fn axis(
                 let r_per = r.slope.bytes_per_request;
                 let figures = format!(
                     "{} per new input, {} per repeat ({} new inputs, then {} repeats of inputs already seen judged)",
-                    signed(per),
-                    signed(r_per),
+                    signed_bytes(per),
+                    signed_bytes(r_per),
                     judged.samples,
                     r.samples
                 );
@@ -223,15 +215,15 @@ pub fn axis(
             }
             (Inputs::New, None) => (
                 Axis::Undetermined,
-                format!("{} per new input; no repeat phase ran (the time limit, or the target failing), so repeats were not measured", signed(per)),
+                format!("{} per new input; no repeat phase ran (the time limit, or the target failing), so repeats were not measured", signed_bytes(per)),
             ),
             (Inputs::Same, _) => (
                 Axis::PerRequest,
-                format!("{} a request, every request the same input: it grows per request, not per new input", signed(per)),
+                format!("{} a request, every request the same input: it grows per request, not per new input", signed_bytes(per)),
             ),
             (Inputs::Cycled, _) => (
                 Axis::PerRequest,
-                format!("{} a request over {distinct_inputs} bodies cycled: it grows on inputs already seen, so per request", signed(per)),
+                format!("{} a request over {distinct_inputs} bodies cycled: it grows on inputs already seen, so per request", signed_bytes(per)),
             ),
         }
     };
@@ -288,7 +280,7 @@ pub fn given_back(axis: &mut AxisReading, trim: &crate::agent::Trim) {
     if axis.bounded && rise > 0.0 && returned >= GIVEN_BACK_SHARE * rise {
         axis.words = format!(
             "it rose {} and held; malloc_trim(0) then returned {} ({:.0} % of the rise): the allocator kept free memory, nothing holds it (was: {})",
-            signed(rise),
+            signed_bytes(rise),
             human_bytes(returned),
             100.0 * returned / rise,
             axis.words

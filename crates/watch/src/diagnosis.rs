@@ -9,7 +9,7 @@
 use crate::judge::RunResult;
 use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
-use leaklab_report::human_bytes;
+use leaklab_report::{human_bytes, signed_bytes};
 use leaklab_scan::agent::CensusDiff;
 use leaklab_scan::diagnosis::{kebab, Owner, OwnerReading, NATIVE_KIND, PYTHON_SHARE};
 use leaklab_scan::tree::{ProcessGrowth, ThreadCount};
@@ -57,14 +57,6 @@ pub struct AxisReading {
     pub words: String,
 }
 
-fn signed(b: f64) -> String {
-    if b >= 0.0 {
-        format!("+{}", human_bytes(b))
-    } else {
-        human_bytes(b)
-    }
-}
-
 /// The axis of `run` (the deciding one); `processes`: its tree judged per request, where
 /// `--pid` was given (`leaklab_scan::tree::judge`).
 pub fn axis(
@@ -82,7 +74,7 @@ pub fn axis(
     let clock_words = |series: &str, (rate, low, high): (f64, f64, f64), idle: f64| {
         format!(
             "{series} {}/hour (bound {} .. {}) while no request arrived, over {} idle: a background thread, a timer or a cache filled by the clock",
-            signed(rate),
+            signed_bytes(rate),
             human_bytes(low),
             human_bytes(high),
             leaklab_report::human_duration(idle)
@@ -116,7 +108,7 @@ pub fn axis(
                     let mut words = format!(
                         "{} {} a request (bound {} .. {}) over {} requests of production's own traffic",
                         s.series,
-                        signed(per),
+                        signed_bytes(per),
                         human_bytes(j.slope.low),
                         human_bytes(j.slope.high),
                         run.requests
@@ -230,7 +222,7 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
             };
             let holds = format!(
                 "the census holds {} of the {} the memory grew over the {between}",
-                signed(held),
+                signed_bytes(held),
                 human_bytes(grew)
             );
             match (top, share) {
