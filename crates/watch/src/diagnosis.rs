@@ -11,7 +11,7 @@ use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
 use leaklab_report::{human_bytes, signed_bytes};
 use leaklab_scan::agent::CensusDiff;
-use leaklab_scan::diagnosis::{kebab, Owner, OwnerReading, NATIVE_KIND, PYTHON_SHARE};
+use leaklab_scan::diagnosis::{kebab, python_owns, Owner, OwnerReading, NATIVE_KIND};
 use leaklab_scan::tree::{ProcessGrowth, ThreadCount};
 use serde::{Deserialize, Serialize};
 
@@ -152,7 +152,7 @@ pub fn axis(
 /// start and its end; `seconds`: the time between them. The census is weighed against what the
 /// memory grew meanwhile by the axis's own rate (a request's bytes times the requests, or the
 /// clock's bytes a second times the seconds): Python owns it where the census holds at least
-/// [`PYTHON_SHARE`] of that, as the scan rules.
+/// enough of that by the scan's rule (`leaklab_scan::diagnosis::python_owns`).
 pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> OwnerReading {
     let top = census.and_then(|c| c.grown.iter().find(|g| g.kind != NATIVE_KIND));
     let reading = |owner, words: String, mechanism: &str, fix: String, share| OwnerReading {
@@ -226,7 +226,10 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
                 human_bytes(grew)
             );
             match (top, share) {
-                (Some(h), Some(s)) if s >= PYTHON_SHARE => reading(
+                (Some(h), Some(s))
+                    if python_owns(s, h.tensors as f64 / c.steps.max(1) as f64) =>
+                {
+                    reading(
                     Owner::Python,
                     format!("{holds}: `{}` ({}) grew most", h.holder, h.kind),
                     if clock {
@@ -236,7 +239,8 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
                     },
                     format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", h.holder),
                     share,
-                ),
+                )
+                }
                 _ => reading(
                     Owner::Native,
                     format!("{holds}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)"),
