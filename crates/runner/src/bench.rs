@@ -202,10 +202,10 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
     let python_run = run_variant(&python, Variant::Baseline, &hidden).await;
     record(&python_run, "python");
 
-    // One arena for the heap's cross-check: tokio moves requests between worker threads, each
-    // thread's arena keeps its own free chunks, and under CPU contention the Rust service's heap
-    // rose 128,763 B a request for the 81,920 it keeps (two busy loops beside the bench test;
-    // 87,912-88,098 B with one arena under the same load). The twin serves from one thread.
+    // One arena for the heap's cross-check: tokio moves requests between worker threads, and
+    // under CPU contention the Rust service's heap rose 128,763 B a request for the 81,920 it
+    // keeps (two busy loops beside the bench test; 87,888-88,178 B with one arena beside three).
+    // It narrows the reading, not always: a CI pool read 147,758 B once with one arena.
     let leak_options = |o: &RunOptions| RunOptions {
         requests: options.leak_requests,
         concurrency: 1,
