@@ -96,14 +96,7 @@ fn status_field(text: &str, name: &str) -> Option<u64> {
     })
 }
 
-/// The threads of process `pid` now (`Threads:` of `/proc/PID/status`).
-pub fn threads(pid: u32) -> io::Result<u64> {
-    threads_of_status(
-        pid,
-        &std::fs::read_to_string(format!("/proc/{pid}/status"))?,
-    )
-}
-
+/// `Threads:` of process `pid`'s `status` text.
 fn threads_of_status(pid: u32, text: &str) -> io::Result<u64> {
     status_field(text, "Threads:").ok_or_else(|| {
         io::Error::new(
@@ -113,8 +106,8 @@ fn threads_of_status(pid: u32, text: &str) -> io::Result<u64> {
     })
 }
 
-/// One process as a sampler sees it at one instant: [`resident`]'s memory, [`threads`]'s count
-/// and, where asked, its private dirty memory, each file read once.
+/// One process as a sampler sees it at one instant: its resident memory, its threads and,
+/// where asked, its private dirty memory, each file read once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessReading {
     pub memory: Rollup,
@@ -125,10 +118,19 @@ pub struct ProcessReading {
 }
 
 /// Process `pid`'s memory and threads from one read of its `status`, plus one of its
-/// `smaps_rollup` where the kernel's counters are not exact (see [`resident`]) or
-/// `private_dirty` is asked for (a walk of its mappings: 12 to 64 ms for the zoo's forked torch
-/// worker, 512 MB resident, against 0.02 ms for `status`, 2 busy cores, 2026-12-06; so callers
-/// ask for it sparingly).
+/// `smaps_rollup` where the kernel's counters are not exact or `private_dirty` is asked for (a
+/// walk of its mappings: 12 to 64 ms for the zoo's forked torch worker, 512 MB resident,
+/// against 0.02 ms for `status`, 2 busy cores, 2026-12-06; so callers ask for it sparingly).
+///
+/// The memory is read the cheapest exact way the kernel offers: the `status` counters where
+/// the kernel sums them exactly (Linux 6.16 and later, "mm: fix the inaccurate memory
+/// statistics issue for users"), else `smaps_rollup`. Both count the same pages (equal to the
+/// kB on 6.18 here), but `smaps_rollup` walks every mapping under the process's mmap lock:
+/// 13.7 ms a read for a 520 MB torch service against 0.02 ms for `status` (2026-12-05, 2
+/// cores), a cost the scan paid after every answer and the service with it. Older kernels'
+/// counters lag by per-CPU (or per-thread) batches of pages, noise a leak judged in kilobytes
+/// cannot afford, so there the walk stays. An exited process (a zombie: its `status` has no
+/// memory lines) is an error, never 0 bytes.
 pub fn reading(pid: u32, private_dirty: bool) -> io::Result<ProcessReading> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let threads = threads_of_status(pid, &status)?;
@@ -158,22 +160,6 @@ fn exited(pid: u32) -> io::Error {
         io::ErrorKind::NotFound,
         format!("process {pid} has exited (its status has no memory lines)"),
     )
-}
-
-/// Process `pid`'s resident memory, read the cheapest exact way the kernel offers: its
-/// `status` counters where the kernel sums them exactly (Linux 6.16 and later, "mm: fix the
-/// inaccurate memory statistics issue for users"), else `smaps_rollup`. Both count the same
-/// pages (equal to the kB on 6.18 here), but `smaps_rollup` walks every mapping under the
-/// process's mmap lock: 13.7 ms a read for a 520 MB torch service against 0.02 ms for `status`
-/// (2026-12-05, 2 cores), a cost the scan paid after every answer and the service with it.
-/// Older kernels' counters lag by per-CPU (or per-thread) batches of pages, noise a leak
-/// judged in kilobytes cannot afford, so there the walk stays.
-pub fn resident(pid: u32) -> io::Result<Rollup> {
-    if !status_is_exact() {
-        return smaps_rollup(pid);
-    }
-    parse_status(&std::fs::read_to_string(format!("/proc/{pid}/status"))?)
-        .ok_or_else(|| exited(pid))
 }
 
 /// Whether this kernel's `/proc/PID/status` memory counters are exact sums (Linux >= 6.16).
@@ -392,12 +378,15 @@ mod tests {
     #[test]
     fn status_and_smaps_rollup_agree_where_status_is_exact() {
         if !status_is_exact() {
-            return; // an older kernel: resident() walks smaps_rollup itself
+            return; // an older kernel: reading() walks smaps_rollup itself
         }
         // A quiet heap: 64 MB touched and kept, so both reads see the same resident pages.
         let kept = vec![1u8; 64 << 20];
         let me = std::process::id();
-        let (a, b) = (resident(me).unwrap(), smaps_rollup(me).unwrap());
+        let (a, b) = (
+            reading(me, false).unwrap().memory,
+            smaps_rollup(me).unwrap(),
+        );
         // Read a moment apart: equal to the kB here (6.18) run alone; 1 MiB leaves room for a
         // test beside this one in the same process, and still tells the field read (RssFile
         // or VmSize would miss by tens of MB).
@@ -423,15 +412,13 @@ mod tests {
             rollup.rss
         );
         assert!(smaps_rollup(u32::MAX - 1).is_err());
-        // One reading: the same status counters as resident() and threads(), read once.
+        // One reading: memory and threads from one status, private memory where asked.
         let one = reading(me, true).unwrap();
         assert!(one.threads >= 1 && one.memory.anonymous > 0, "{one:?}");
         assert!(one.memory.rss >= one.memory.anonymous, "{one:?}");
         assert!(one.private_dirty.is_some_and(|b| b > 0), "{one:?}");
         assert_eq!(reading(me, false).unwrap().private_dirty, None);
         assert!(reading(u32::MAX - 1, false).is_err());
-        assert!(resident(u32::MAX - 1).is_err());
-        assert!(threads(me).unwrap() >= 1);
         assert!(mem_total().unwrap() >= rss);
         assert!(host_capacity().unwrap() <= mem_total().unwrap());
     }

@@ -274,6 +274,23 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
 }
 
 impl CensusDiff {
+    /// The holders that grew with a Python referrer, most bytes first: tensors the census
+    /// reached from no Python object ([`crate::diagnosis::NATIVE_KIND`]) are not Python's.
+    pub fn python_grown(&self) -> impl Iterator<Item = &Growth> {
+        self.grown
+            .iter()
+            .filter(|g| g.kind != crate::diagnosis::NATIVE_KIND)
+    }
+
+    /// Bytes gained by tensors held from native code (no Python referrer), over all steps.
+    pub fn native_bytes(&self) -> f64 {
+        self.grown
+            .iter()
+            .filter(|g| g.kind == crate::diagnosis::NATIVE_KIND)
+            .map(|g| g.bytes.max(0) as f64)
+            .sum()
+    }
+
     /// One line per grown holder, the way a failure message lists them:
     /// `service.HISTORY (module global): +300 tensors, +1.23 MB (4.10 kB per request)`.
     pub fn lines(&self, top: usize, step: &str) -> Vec<String> {

@@ -363,18 +363,11 @@ pub fn owner_per(
     // Tensors the census found held from native code (no Python referrer) are not Python's:
     // Python's share is what every tensor gained less those.
     let held = census.map(|c| c.total_bytes as f64 / c.steps.max(1) as f64);
-    let native_held = census.map_or(0.0, |c| {
-        c.grown
-            .iter()
-            .filter(|g| g.kind == NATIVE_KIND)
-            .map(|g| g.bytes.max(0) as f64)
-            .sum::<f64>()
-            / c.steps.max(1) as f64
-    });
+    let native_held = census.map_or(0.0, |c| c.native_bytes() / c.steps.max(1) as f64);
     let share = held
         .filter(|_| per > 0.0)
         .map(|h| (h - native_held).max(0.0) / per);
-    let top = census.and_then(|c| c.grown.iter().find(|g| g.kind != NATIVE_KIND));
+    let top = census.and_then(|c| c.python_grown().next());
     let reading = |owner, words: String, mechanism: &str, fix: &str| OwnerReading {
         owner,
         holder: top.map(|g| g.holder.clone()),

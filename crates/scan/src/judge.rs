@@ -282,12 +282,7 @@ fn diagnose(
 /// The owner where only a count grew (autograd graph nodes, tensor objects): the census's
 /// holder that grew, with no share of bytes to weigh.
 fn counted_owner(census: Option<&CensusDiff>, counts: &str, unit: &str) -> OwnerReading {
-    let top = census.and_then(|c| {
-        c.grown
-            .iter()
-            .filter(|g| g.kind != NATIVE_KIND)
-            .max_by_key(|g| (g.graph_nodes, g.tensors))
-    });
+    let top = census.and_then(|c| c.python_grown().max_by_key(|g| (g.graph_nodes, g.tensors)));
     let steps = census.map_or(1, |c| c.steps.max(1)) as f64;
     match top {
         Some(g) => OwnerReading {

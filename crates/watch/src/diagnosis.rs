@@ -11,7 +11,7 @@ use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
 use leaklab_report::{human_bytes, signed_bytes};
 use leaklab_scan::agent::CensusDiff;
-use leaklab_scan::diagnosis::{kebab, python_owns, Owner, OwnerReading, NATIVE_KIND};
+use leaklab_scan::diagnosis::{kebab, python_owns, Owner, OwnerReading};
 use leaklab_scan::tree::{ProcessGrowth, ThreadCount};
 use serde::{Deserialize, Serialize};
 
@@ -154,7 +154,7 @@ pub fn axis(
 /// clock's bytes a second times the seconds): Python owns it where the census holds at least
 /// enough of that by the scan's rule (`leaklab_scan::diagnosis::python_owns`).
 pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> OwnerReading {
-    let top = census.and_then(|c| c.grown.iter().find(|g| g.kind != NATIVE_KIND));
+    let top = census.and_then(|c| c.python_grown().next());
     let reading = |owner, words: String, mechanism: &str, fix: String, share| OwnerReading {
         owner,
         holder: top.map(|g| g.holder.clone()),
@@ -204,13 +204,7 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
             } else {
                 axis.bytes_per_request.unwrap_or(0.0) * c.steps as f64
             };
-            let native: f64 = c
-                .grown
-                .iter()
-                .filter(|g| g.kind == NATIVE_KIND)
-                .map(|g| g.bytes.max(0) as f64)
-                .sum();
-            let held = (c.total_bytes as f64 - native).max(0.0);
+            let held = (c.total_bytes as f64 - c.native_bytes()).max(0.0);
             let share = (grew > 0.0).then(|| held / grew);
             let between = if clock {
                 format!(
