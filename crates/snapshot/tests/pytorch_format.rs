@@ -10,6 +10,7 @@ mod common;
 use common::canonical;
 use leaklab_snapshot::trim::{trim, TrimOptions};
 use leaklab_snapshot::{diff, explain, load, load_with, ReadOptions, Since, View};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -18,12 +19,23 @@ fn python() -> String {
         .expect("run through `cargo xtask test`, which sets LEAKLAB_PYTHON to a python with torch")
 }
 
-/// The fixtures, made once per test run by tests/make_snapshots.py with the provisioned torch.
+/// The fixtures, made by tests/make_snapshots.py with the provisioned torch once per version of
+/// the script and python: nextest runs every test in a process of its own, and making them costs
+/// 4-6 s of CPU. Made in a folder of their own, then renamed into place, so a test reads a whole
+/// set or makes one; the tests only read them.
 fn fixtures() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_snapshots.py");
+        let mut key = std::hash::DefaultHasher::new();
+        std::fs::read(&script).unwrap().hash(&mut key);
+        python().hash(&mut key);
+        let made = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("pytorch-snapshots-{:016x}", key.finish()));
+        if made.is_dir() {
+            return made;
+        }
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let out = std::process::Command::new(python())
             .arg(script)
             .arg(dir.path())
@@ -34,9 +46,10 @@ fn fixtures() -> &'static Path {
             "make_snapshots.py failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        dir
+        // Another test may have renamed its set first: it is the same, and ours is removed.
+        let _ = std::fs::rename(dir.path(), &made);
+        made
     })
-    .path()
 }
 
 fn file(name: &str) -> PathBuf {
