@@ -20,9 +20,10 @@ fn python() -> String {
 }
 
 /// The fixtures, made by tests/make_snapshots.py with the provisioned torch once per version of
-/// the script and python: nextest runs every test in a process of its own, and making them costs
-/// 4-6 s of CPU. Made in a folder of their own, then renamed into place, so a test reads a whole
-/// set or makes one; the tests only read them.
+/// the script and path of the python (a torch upgraded in place needs target/tmp cleared):
+/// nextest runs every test in a process of its own, and making them costs 4-6 s of CPU. Made in
+/// a folder of their own, then renamed into place, so a test reads a whole set or makes one; the
+/// tests only read them.
 fn fixtures() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
