@@ -272,10 +272,10 @@ fn the_rust_service_by_pid_agrees_with_its_own_exact_allocator() {
     // places each variant's tensors decides the multiple: it is malloc's, not the scan's. So
     // each bound is its range of real readings, graph-leaky's with room above its tail (four
     // of 59 at 1.76 to 1.87) and still under a scan that counts the process twice (2.7 and
-    // up); both catch a unit slip (pages, kB) or the wrong process. 100
-    // judged requests were too few (graph-leaky read up to 2.18, and refs-leaky once failed
-    // to fail the budget); 400 read the same spread (graph-leaky 1.35 to 1.61, refs-leaky
-    // 1.66 to 3.30 in 10 runs) for twice the CPU.
+    // up); both catch a unit slip (pages, kB) or the wrong process. 100 judged requests were
+    // too few (graph-leaky read up to 2.18, and refs-leaky once failed to fail the budget); 400
+    // read the same spread (graph-leaky 1.35 to 1.61, refs-leaky 1.66 to 3.30 in 10 runs) for
+    // twice the CPU.
     for (variant, ratios) in [("graph-leaky", 1.3..2.2), ("refs-leaky", 1.0..4.1)] {
         // The history fills in the warm-up (31 alloc/free events a request), so its ring grows
         // no more in the judged requests; each live block keeps its own stack, which is all the
