@@ -10,7 +10,9 @@ the leaky path marked ``LEAK(cause)`` and its fixed twin ``FIX(cause)`` beside i
 
 A cause module imports only the standard library and this file at its top: torch and FastAPI
 are imported inside ``make_app``, so that listing the zoo costs nothing and an entry's
-environment knobs (``Entry.env``) are set before torch first loads.
+environment knobs (``Entry.env``) are set before its libraries read them. ``serve.py
+--variants`` imports what every variant imports (``Entry.preload``) once, then forks each
+variant's service from that process in turn: importing torch is most of a start-up.
 """
 
 from __future__ import annotations
@@ -95,9 +97,11 @@ class Entry:
     # Requests judged and warm-up, the smallest run that shows the mechanism.
     requests: int = 400
     warmup: int = 50
-    # Environment set before torch loads, per variant (a knob such as
-    # ONEDNN_PRIMITIVE_CACHE_CAPACITY). Not glibc's MALLOC_* variables: glibc reads them
-    # when the process starts, before serve.py sets these (use mallopt in make_app).
+    # Environment set before make_app runs, per variant (a knob such as
+    # ONEDNN_PRIMITIVE_CACHE_CAPACITY): after ``preload``, so a knob read when its library
+    # loads rather than when it is first used needs that library left out of ``preload``.
+    # Not glibc's MALLOC_* variables: glibc reads them when the process starts, before
+    # serve.py sets these (use mallopt in make_app).
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     # Why today's scan cannot fail the leaky variant, where it cannot (a bounded native cache
     # read as a plateau, copy-on-write the summed anonymous memory does not show): the entry
@@ -106,6 +110,11 @@ class Entry:
     # The body of one request (inputs "same"/"vary"); with "shapes", the body of request i.
     body: Callable[[int], dict[str, Any]] | None = None
     device: Device = "cpu"
+    # Modules make_app imports, besides those every service imports (FastAPI, uvicorn,
+    # leaklab's agent): ``serve.py --variants`` imports them once and forks each variant from
+    # that process (import torch: 1.6-2.3 s of CPU a process). Only what the service imports
+    # anyway, so that a forked service holds what a fresh one would.
+    preload: tuple[str, ...] = ("torch",)
 
     def expect(self, variant: Variant) -> Expect:
         return self.leaky if variant == "leaky" else self.fixed
@@ -163,12 +172,8 @@ def batch_body(
     }
 
 
-def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) -> None:
-    """Serve ``app`` on loopback, printing ``listening on http://127.0.0.1:PORT`` first (the
-    line leaklab's tests and the zoo driver wait for), with leaklab's agent mounted (its
-    native trace allowed for ``native_max_seconds``, off at 0)."""
-    import uvicorn
-
+def agent_middleware() -> Any:
+    """leaklab's agent (``LeaklabDebug``): the installed package's, else the source tree's."""
     try:
         from leaklab.asgi import LeaklabDebug
     except (
@@ -179,11 +184,19 @@ def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) 
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path.insert(0, os.path.join(here, "..", "..", "crates", "cli", "python"))
         from leaklab.asgi import LeaklabDebug
+    return LeaklabDebug
+
+
+def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) -> None:
+    """Serve ``app`` on loopback, printing ``LABEL pid PID listening on http://127.0.0.1:PORT``
+    first (the line leaklab's tests and the zoo driver wait for), with leaklab's agent mounted
+    (its native trace allowed for ``native_max_seconds``, off at 0)."""
+    import uvicorn
 
     # allow_trim: the zoo's scans ask the trim probe (--trim) whether a growth that held is the
     # allocator's to give back (the diagnosis's given-back axis); it runs after all they measure.
     app.add_middleware(
-        LeaklabDebug, allow_trim=True, native_max_seconds=native_max_seconds
+        agent_middleware(), allow_trim=True, native_max_seconds=native_max_seconds
     )
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it each answer waits ~40 ms on Nagle and the client's delayed ACK.
@@ -194,7 +207,10 @@ def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) 
     # serves them, rather than being refused.
     sock.listen(128)
     host, port = sock.getsockname()
-    print(f"leaklab-zoo {label} listening on http://{host}:{port}", flush=True)
+    print(
+        f"leaklab-zoo {label} pid {os.getpid()} listening on http://{host}:{port}",
+        flush=True,
+    )
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=[sock])
 

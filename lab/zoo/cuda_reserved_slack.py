@@ -82,6 +82,10 @@ ENTRY = Entry(
     body=lambda i: rows_body(i, 64 + 53 * i % (MOST_ROWS - 63)),
     # FIX(cuda_reserved_slack): one segment that grows in place, set before CUDA starts.
     env={"fixed": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
+    # Torch loads after the knob, in each variant's process: whether
+    # PYTORCH_CUDA_ALLOC_CONF is read when torch loads or when CUDA first
+    # allocates was not measured (no GPU here).
+    preload=(),
     device="cuda",
 )
 

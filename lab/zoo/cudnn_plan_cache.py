@@ -68,6 +68,10 @@ ENTRY = Entry(
     warmup=20,
     # FIX(cudnn_plan_cache): the plan cache's capacity, read when the first conv runs.
     env={"fixed": {"TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT": CAP}},
+    # Torch loads after the knob, in each variant's process: whether
+    # TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT is read when torch loads or when CUDA first
+    # allocates was not measured (no GPU here).
+    preload=(),
     body=shape_body,
     device="cuda",
 )

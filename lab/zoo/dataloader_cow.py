@@ -86,7 +86,12 @@ ENTRY = Entry(
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
     inputs="same",
-    requests=400,
+    # Judged requests halved from 400 for CI's CPU (2026-12-06): the worker copies a page a
+    # request, 512 pages, so 300 requests still find new ones. Ten runs each on a loaded
+    # machine (load 11-17), through the zoo's driver: at 200 every verdict, axis and owner as
+    # predicted (leaky: another process, the worker's private dirty +66.2-70.0 kB a request
+    # in the three runs that kept the words; fixed: none, 0.00-0.04 kB); at 400 the same.
+    requests=200,
     warmup=50,
     body=lambda i: {"seed": 1},
 )

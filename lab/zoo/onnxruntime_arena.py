@@ -92,6 +92,7 @@ ENTRY = Entry(
     requests=400,
     warmup=50,
     body=lambda i: {"rows": rows_of(i), "seed": i},
+    preload=("numpy", "onnx", "onnxruntime"),  # no torch: the service never imports it
 )
 
 

@@ -1,10 +1,15 @@
 """Serve one cause of the zoo, list them all, or write an entry's request bodies.
 
     python lab/zoo/serve.py CAUSE --variant leaky|fixed [--port 0] [--native-seconds S]
+    python lab/zoo/serve.py CAUSE --variants leaky,fixed     # each in turn, as the driver does
     python lab/zoo/serve.py --list                   # every ENTRY as JSON, for the driver
     python lab/zoo/serve.py CAUSE --bodies DIR [--count N]   # the bodies the scan sends
 
-The entry's environment knobs for the variant are set before its module imports torch.
+The entry's environment knobs for the variant are set before its ``make_app`` runs (and, with
+--variant, before its module imports torch). With --variants, this process imports what every
+variant imports (``Entry.preload``) once, then forks each variant's service in turn, the next
+once the last has been killed (``kill -9 PID``, the pid its line prints): the zoo's driver
+scans both variants of a cause for one import of torch.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _zoo import VARIANTS, Entry, serve, to_json
+from _zoo import VARIANTS, Entry, Variant, agent_middleware, serve, to_json
+
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
 def causes() -> dict[str, Any]:
@@ -39,6 +46,12 @@ def main() -> None:
     )
     parser.add_argument("cause", nargs="?")
     parser.add_argument("--variant", choices=VARIANTS, default="leaky")
+    parser.add_argument(
+        "--variants",
+        metavar="V,V",
+        type=lambda text: text.split(","),
+        help="serve these variants in turn, each forked from this process (a random port)",
+    )
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--bodies", metavar="DIR")
@@ -58,6 +71,14 @@ def main() -> None:
     if args.bodies:
         write_bodies(entry, args.bodies, args.count)
         return
+    if args.variants:
+        unknown = [v for v in args.variants if v not in VARIANTS]
+        if unknown:
+            parser.error(
+                f"--variants: no variant {unknown}; the variants are {VARIANTS}"
+            )
+        serve_each(entry, module, args.variants, args.native_seconds)
+        return
     os.environ.update(entry.env.get(args.variant, {}))
     serve(
         module.make_app(args.variant),
@@ -65,6 +86,52 @@ def main() -> None:
         args.port,
         native_max_seconds=args.native_seconds,
     )
+
+
+def serve_each(
+    entry: Entry, module: Any, variants: list[Variant], native_seconds: float
+) -> None:
+    """Each variant's service in turn, forked from this process once it has imported what
+    every variant imports. A variant's service leads a process group of its own (its workers
+    with it: the driver kills the group) and dies with this process; the next is forked once
+    it was killed, and an end of its own (an error) ends the run."""
+    import ctypes
+    import signal
+    import traceback
+
+    for name in ("fastapi", "uvicorn", *entry.preload):
+        importlib.import_module(name)
+    agent_middleware()
+    parent = os.getpid()
+    for variant in variants:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() == parent:  # else it died before the prctl
+                    os.environ.update(entry.env.get(variant, {}))
+                    serve(
+                        module.make_app(variant),
+                        f"{entry.name}-{variant}",
+                        native_max_seconds=native_seconds,
+                    )
+                    code = 0
+            except BaseException:  # noqa: BLE001 (a forked child must not return into this loop)
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFSIGNALED(status):
+            raise SystemExit(
+                f"{entry.name}-{variant} (pid {pid}) ended by itself, "
+                f"exit status {os.waitstatus_to_exitcode(status)}: see its stderr above"
+            )
 
 
 def write_bodies(entry: Entry, folder: str, count: int | None) -> None:

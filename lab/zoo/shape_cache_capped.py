@@ -87,7 +87,7 @@ def make_app(variant: Variant) -> Any:
 
     if variant == "leaky" and os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") != CAP:
         raise RuntimeError(
-            f"the leaky variant needs ONEDNN_PRIMITIVE_CACHE_CAPACITY={CAP} set before torch loads"
+            f"the leaky variant needs ONEDNN_PRIMITIVE_CACHE_CAPACITY={CAP} set before its first conv"
         )
     net = build_net()
     app = FastAPI(title=f"shape_cache_capped ({variant})")

@@ -25,14 +25,30 @@ const LIMIT_BYTES: u64 = 64 << 20;
 pub const PYTHON_CUDA_TEST: &str =
     "test_pytest_plugin.py::test_a_cuda_leak_fails_on_the_allocator_and_the_tensor_tally";
 
-#[derive(clap::Args)]
+/// `cargo xtask device-bundle`'s arguments.
 pub struct BundleArgs {
-    /// The bundle's folder.
-    #[arg(long, default_value = "target/device-bundle")]
+    /// The bundle's folder (`--out DIR`, target/device-bundle by default).
     out: PathBuf,
-    /// Then run the bundle here, on CPU, against the provisioned torch.
-    #[arg(long)]
+    /// Then run the bundle here, on CPU, against the provisioned torch (`--smoke`).
     smoke: bool,
+}
+
+impl BundleArgs {
+    pub fn parse(parser: &mut lexopt::Parser) -> Result<Self> {
+        use lexopt::prelude::*;
+        let mut args = Self {
+            out: PathBuf::from("target/device-bundle"),
+            smoke: false,
+        };
+        while let Some(arg) = parser.next()? {
+            match arg {
+                Long("out") => args.out = parser.value()?.into(),
+                Long("smoke") => args.smoke = true,
+                other => return Err(other.unexpected().into()),
+            }
+        }
+        Ok(args)
+    }
 }
 
 pub fn run(torch: &Torch, args: &BundleArgs) -> Result<()> {
@@ -194,27 +210,17 @@ fn vendor_pytest(torch: &Torch, dir: &Path) -> Result<()> {
 /// The one `compiler-artifact` message of cargo's `--message-format json` output (a JSON
 /// document a line) that built test target `name`: its `executable`.
 pub fn test_executable(messages: &str, name: &str) -> Option<PathBuf> {
-    #[derive(serde::Deserialize)]
-    struct Artifact {
-        reason: String,
-        target: Option<Target>,
-        executable: Option<PathBuf>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Target {
-        name: String,
-        kind: Vec<String>,
-    }
     messages
         .lines()
-        .filter_map(|line| serde_json::from_str::<Artifact>(line).ok())
-        .find_map(|a| {
-            let target = a.target?;
-            (a.reason == "compiler-artifact"
-                && target.name == name
-                && target.kind.iter().any(|k| k == "test"))
-            .then_some(a.executable)
-            .flatten()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find_map(|message| {
+            let target = &message["target"];
+            let is_test = target["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "test"));
+            (message["reason"] == "compiler-artifact" && target["name"] == name && is_test)
+                .then(|| message["executable"].as_str().map(PathBuf::from))
+                .flatten()
         })
 }
 

@@ -19,64 +19,98 @@ mod test;
 mod tidy;
 mod wheel;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use anyhow::{bail, Context, Result};
+use lexopt::prelude::*;
 
-#[derive(Parser)]
-#[command(name = "cargo xtask", about = "leaklab's driver", version)]
-struct Cli {
-    #[command(subcommand)]
-    task: Task,
-}
+/// `cargo xtask --help`. The tasks are parsed by hand (lexopt): everything after a task's name
+/// goes unchanged to a leaklab binary or to cargo, which parse it.
+const HELP: &str = "\
+leaklab's driver
 
-#[derive(Subcommand)]
-enum Task {
-    /// Run every variant of the service, judge each one and write the report (the main job).
-    RunLab(Passthrough),
-    /// Run all tests (installs libtorch into a project-owned venv first if needed).
-    Test(Passthrough),
-    /// Start the inference service for one variant (e.g. `--variant refs-leaky`).
-    Serve(Passthrough),
-    /// Sustained load against the fixed variants (100,000 requests each) and 10,000 fuzzed bad
-    /// requests; `--short` for the CI-sized soak alone.
-    Soak(Passthrough),
-    /// Criterion benchmarks plus the HTTP load comparison; writes docs/benchmarks.md.
-    Bench(Passthrough),
-    /// The workshop: `lab list`, `lab check N`, `lab reset N`; the incident drill: `lab incident`,
-    /// `lab check incident`, `lab reveal`.
-    Lab(Passthrough),
-    /// Build release binaries and a launcher into a folder that runs on a torch 2.11.0 host.
-    DeviceBundle(bundle::BundleArgs),
-    /// Build the pip-installable wheel (the `leaklab` binary and the Python package) into
-    /// target/wheels/.
-    Wheel,
-    /// Print where libtorch comes from and the environment every cargo command gets.
-    Env,
-}
+Usage: cargo xtask <TASK> [ARGS]...
 
-/// Arguments handed on unchanged to a leaklab binary or to cargo, which parse them.
-#[derive(clap::Args)]
-struct Passthrough {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
+Tasks:
+  run-lab        Run every variant of the service, judge each one and write the report (the
+                 main job).
+  test           Run all tests (installs libtorch into a project-owned venv first if needed).
+  serve          Start the inference service for one variant (e.g. `--variant refs-leaky`).
+  soak           Sustained load against the fixed variants (100,000 requests each) and 10,000
+                 fuzzed bad requests; `--short` for the CI-sized soak alone.
+  bench          Criterion benchmarks plus the HTTP load comparison; writes docs/benchmarks.md.
+  lab            The workshop: `lab list`, `lab check N`, `lab reset N`; the incident drill:
+                 `lab incident`, `lab check incident`, `lab reveal`.
+  device-bundle  Build release binaries and a launcher into a folder that runs on a torch
+                 2.11.0 host: [--out DIR] (target/device-bundle), [--smoke] (then run it here,
+                 on CPU).
+  wheel          Build the pip-installable wheel (the `leaklab` binary and the Python package)
+                 into target/wheels/.
+  env            Print where libtorch comes from and the environment every cargo command gets.
+";
 
 fn main() -> Result<()> {
+    let mut parser = lexopt::Parser::from_env();
+    let task = match parser.next()? {
+        Some(Value(task)) => task.string()?,
+        Some(Short('h') | Long("help")) => {
+            print!("{HELP}");
+            return Ok(());
+        }
+        Some(Short('V') | Long("version")) => {
+            println!("cargo xtask {}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
+        Some(other) => return Err(other.unexpected().into()),
+        None => {
+            eprint!("{HELP}");
+            bail!("no task given");
+        }
+    };
     // Every task but the wheel first makes sure torch is there; the wheel is the instrument,
     // which links no libtorch, so it is built without it.
     let torch = provision::Torch::ensure;
-    match Cli::parse().task {
-        Task::RunLab(p) => run_lab::run(&torch()?, &p.args),
-        Task::Test(p) => test::run_all(&torch()?, &p.args),
-        Task::Serve(p) => serve::run(&torch()?, &p.args),
-        Task::Soak(p) => soak::run_all(&torch()?, &p.args),
-        Task::Bench(p) => bench::run_all(&torch()?, &p.args),
-        Task::Lab(p) => lab::run(&torch()?, &p.args),
-        Task::DeviceBundle(args) => bundle::run(&torch()?, &args),
-        Task::Wheel => wheel::build().map(drop),
-        Task::Env => {
+    match task.as_str() {
+        "run-lab" => run_lab::run(&torch()?, &passthrough(&mut parser)?),
+        "test" => test::run_all(&torch()?, &passthrough(&mut parser)?),
+        "serve" => serve::run(&torch()?, &passthrough(&mut parser)?),
+        "soak" => soak::run_all(&torch()?, &passthrough(&mut parser)?),
+        "bench" => bench::run_all(&torch()?, &passthrough(&mut parser)?),
+        "lab" => lab::run(&torch()?, &passthrough(&mut parser)?),
+        "device-bundle" => {
+            let args = bundle::BundleArgs::parse(&mut parser)?;
+            bundle::run(&torch()?, &args)
+        }
+        "wheel" => {
+            no_more(&mut parser)?;
+            wheel::build().map(drop)
+        }
+        "env" => {
+            no_more(&mut parser)?;
             torch()?.describe();
             Ok(())
         }
+        other => {
+            eprint!("{HELP}");
+            bail!("no task named {other:?}")
+        }
+    }
+}
+
+/// The task's arguments, handed on unchanged to a leaklab binary or to cargo, which parse them.
+fn passthrough(parser: &mut lexopt::Parser) -> Result<Vec<String>> {
+    parser
+        .raw_args()?
+        .map(|arg| {
+            arg.into_string()
+                .map_err(|arg| anyhow::anyhow!("{arg:?} is not UTF-8"))
+        })
+        .collect::<Result<_>>()
+        .context("the task's arguments")
+}
+
+/// A task that takes no arguments refuses any.
+fn no_more(parser: &mut lexopt::Parser) -> Result<()> {
+    match parser.next()? {
+        Some(arg) => Err(arg.unexpected().into()),
+        None => Ok(()),
     }
 }

@@ -20,10 +20,10 @@
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
 use anyhow::{bail, Context, Result};
-use saphyr::{LoadableYamlNode, Yaml, YamlEmitter};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 /// What every cargo command of the run selects, so that each crate is built once: the whole
 /// workspace but the xtask (whose tests, tidy, run first on their own), with the GPU tests
@@ -358,35 +358,26 @@ fn device_only(torch: &Torch, runner: Runner) -> Result<DeviceOnly> {
 }
 
 fn parse_list(json: &str) -> Result<DeviceOnly> {
-    #[derive(serde::Deserialize)]
-    struct List {
-        #[serde(rename = "rust-suites")]
-        suites: std::collections::BTreeMap<String, Suite>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Suite {
-        #[serde(rename = "binary-path")]
-        binary_path: PathBuf,
-        testcases: std::collections::BTreeMap<String, Case>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Case {
-        ignored: bool,
-    }
-    let list: List =
+    let list: serde_json::Value =
         serde_json::from_str(json).context("cargo nextest list printed no JSON list")?;
-    let gpu = list
-        .suites
+    let suites = list["rust-suites"]
+        .as_object()
+        .context("cargo nextest list printed no rust-suites")?;
+    let gpu = suites
         .get(GPU_BINARY)
         .with_context(|| format!("no {GPU_BINARY} test binary in the list"))?;
-    if gpu.testcases.is_empty() {
+    let cases = |suite: &serde_json::Value| suite["testcases"].as_object().cloned();
+    if cases(gpu).is_none_or(|c| c.is_empty()) {
         bail!("the {GPU_BINARY} binary lists no tests");
     }
-    let gpu_binary = gpu.binary_path.clone();
+    let gpu_binary = gpu["binary-path"]
+        .as_str()
+        .map(PathBuf::from)
+        .with_context(|| format!("the {GPU_BINARY} binary has no binary-path"))?;
     let mut tests = Vec::new();
-    for (id, suite) in &list.suites {
-        for (name, case) in &suite.testcases {
-            if case.ignored || id == GPU_BINARY {
+    for (id, suite) in suites {
+        for (name, case) in cases(suite).unwrap_or_default() {
+            if case["ignored"] == true || id == GPU_BINARY {
                 tests.push(format!("{id} {name}"));
             }
         }
@@ -484,28 +475,29 @@ fn kubernetes(torch: &Torch, promtool: bool) -> Result<()> {
 /// Checks that the PrometheusRule document of `monitoring` (a multi-document manifest) carries
 /// exactly the `groups` of `rules` under its `spec`, and returns them as a rules file.
 fn same_rule_groups(rules: &str, monitoring: &str) -> Result<String> {
-    let rules = Yaml::load_from_str(rules).context("leaklab-alerts.yml is not YAML")?;
+    let rules = YamlLoader::load_from_str(rules).context("leaklab-alerts.yml is not YAML")?;
     let expected = rules
         .first()
-        .and_then(|doc| doc.as_mapping_get("groups"))
+        .map(|doc| &doc["groups"])
+        .filter(|groups| !groups.is_badvalue())
         .context("leaklab-alerts.yml has no groups")?;
-    let manifests = Yaml::load_from_str(monitoring).context("monitoring.yaml is not YAML")?;
+    let manifests = YamlLoader::load_from_str(monitoring).context("monitoring.yaml is not YAML")?;
     let rule = manifests
         .iter()
-        .find(|doc| doc.as_mapping_get("kind").and_then(Yaml::as_str) == Some("PrometheusRule"))
+        .find(|doc| doc["kind"].as_str() == Some("PrometheusRule"))
         .context("monitoring.yaml has no PrometheusRule")?;
-    let embedded = rule
-        .as_mapping_get("spec")
-        .and_then(|spec| spec.as_mapping_get("groups"))
-        .context("monitoring.yaml's PrometheusRule has no spec.groups")?;
+    let embedded = &rule["spec"]["groups"];
+    if embedded.is_badvalue() {
+        bail!("monitoring.yaml's PrometheusRule has no spec.groups");
+    }
     if embedded != expected {
         bail!("docs/kubernetes/monitoring.yaml's PrometheusRule is not docs/prometheus/leaklab-alerts.yml's groups: copy them over (under spec:)");
     }
-    let mut file = saphyr::Mapping::new();
-    file.insert(Yaml::value_from_str("groups"), embedded.clone());
+    let mut file = yaml_rust2::yaml::Hash::new();
+    file.insert(Yaml::String("groups".into()), embedded.clone());
     let mut text = String::new();
     YamlEmitter::new(&mut text)
-        .dump(&Yaml::Mapping(file))
+        .dump(&Yaml::Hash(file))
         .context("cannot write the rule groups as YAML")?;
     Ok(text)
 }
@@ -617,8 +609,8 @@ mod tests {
         let monitoring = "kind: PodMonitor\nspec: {}\n---\napiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nspec:\n  groups:\n  - name: 'g'\n    rules: [{alert: A, expr: \"up == 0\", for: 5m}]\n";
         let groups = same_rule_groups(RULES, monitoring).unwrap();
         assert_eq!(
-            Yaml::load_from_str(&groups).unwrap()[0],
-            Yaml::load_from_str(RULES).unwrap()[0]
+            YamlLoader::load_from_str(&groups).unwrap()[0],
+            YamlLoader::load_from_str(RULES).unwrap()[0]
         );
         let changed = monitoring.replace("for: 5m", "for: 10m");
         assert!(same_rule_groups(RULES, &changed)

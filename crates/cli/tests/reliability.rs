@@ -301,8 +301,11 @@ fn a_report_killed_mid_write_is_the_last_whole_version() {
 #[test]
 fn the_short_soak_holds_every_fixed_variant_at_zero_bytes_per_request() {
     let out = tempfile::tempdir().unwrap();
+    // 150 requests a variant after the 50 of the warm-up (300 cost 10.9 s of CPU, 150 6.9 s): the
+    // exact allocator reads a fixed variant at 0 B a request over either (flat, every variant),
+    // and a variant that kept bytes a request would move the slope off 0.
     let output = lab()
-        .args(["soak", "--short", "--json", "--requests", "300", "--out"])
+        .args(["soak", "--short", "--json", "--requests", "150", "--out"])
         .arg(out.path())
         .output()
         .unwrap();

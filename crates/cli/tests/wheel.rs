@@ -90,7 +90,7 @@ fn the_wheel_installs_into_an_empty_venv_and_its_binary_scans_the_twin() {
     assert!(!ok, "the venv must hold no torch: {said}");
 
     // One real scan of the twin's graph-leaky variant, by PID, from the installed binary.
-    let service = twin("graph-leaky", dir.path(), &[]);
+    let service = twin("graph-leaky", &[]);
     let body = body(dir.path());
     let out = Command::new(bin.join("leaklab"))
         .args([

@@ -1,10 +1,11 @@
 //! Every cause of the zoo (lab/zoo) is a test: the zoo's driver runs that entry alone, both
-//! variants, each served as its own Python process and scanned by the real `leaklab` binary
-//! with the entry's budget, and the verdict must be what the entry predicted (a leak's leaky
-//! variant fails and its fix passes; a must-pass entry passes both), and so must the diagnosis:
-//! the growth axis and the owner the scan measures (its repeat phase, the process tree, the
-//! agent's census and trim probe). One test per entry, so nextest runs them side by side; a tidy
-//! check keeps a new entry from going untested.
+//! variants, each served as its own Python process (forked in turn from one that imported torch
+//! once: most of a start-up) and scanned by the real `leaklab` binary with the entry's budget,
+//! and the verdict must be what the entry predicted (a leak's leaky variant fails and its fix
+//! passes; a must-pass entry passes both), and so must the diagnosis: the growth axis and the
+//! owner the scan measures (its repeat phase, the process tree, the agent's census and trim
+//! probe). One test per entry, so nextest runs them side by side; a tidy check keeps a new entry
+//! from going untested.
 //!
 //! Needs $LEAKLAB_PYTHON with torch and FastAPI (`cargo xtask test` provisions it): under
 //! CI=true its absence fails every test here; elsewhere the test says it skipped, and why.

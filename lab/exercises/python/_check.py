@@ -3,11 +3,13 @@ bodies, verify the answers.
 
     python lab/exercises/python/_check.py serve N FILE       # prints "... listening on http://..."
     python lab/exercises/python/_check.py bodies N DIR COUNT # request i's body in DIR/i.json
-    python lab/exercises/python/_check.py verify N URL COUNT # JSON: answers checked, wrong ones
+    python lab/exercises/python/_check.py truths N FILE COUNT # the true answers, as JSON in FILE
+    python lab/exercises/python/_check.py verify N URL COUNT [TRUTHS] # JSON: checked, wrong ones
 
 ``serve`` loads FILE (the learner's copy, the original or the solution) by path and serves its
 ``make_app()`` as the zoo does (lab/zoo/_zoo.py: loopback, leaklab's agent mounted). ``verify``
-sends bodies the scan never sent and compares every answer with ``_contract.truth``.
+sends bodies the scan never sent and compares every answer with ``_contract.truth``, or with the
+answers ``truths`` wrote from it (which spares torch's import, 2 s of CPU, in each check).
 """
 
 from __future__ import annotations
@@ -80,8 +82,35 @@ def compare(got: list[float], want: list[float]) -> str | None:
     return None
 
 
-def verify(exercise: int, url: str, count: int) -> None:
-    model = _contract.shapes_net() if exercise == 5 else _contract.mlp()
+def model_of(exercise: int) -> Any:
+    return _contract.shapes_net() if exercise == 5 else _contract.mlp()
+
+
+def truths(exercise: int, path: str, count: int) -> None:
+    """The true answers for ``verify``'s bodies, written whole (checks may run side by side)."""
+    model = model_of(exercise)
+    answers = [
+        _contract.truth(exercise, _contract.body(exercise, i), model)
+        for i in range(VERIFY_FROM, VERIFY_FROM + count)
+    ]
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "w") as f:
+        json.dump(answers, f)
+    os.replace(partial, path)
+
+
+def verify(exercise: int, url: str, count: int, truths_path: str | None) -> None:
+    if truths_path is None:
+        model = model_of(exercise)
+        want = [
+            _contract.truth(exercise, _contract.body(exercise, i), model)
+            for i in range(VERIFY_FROM, VERIFY_FROM + count)
+        ]
+    else:
+        with open(truths_path) as f:
+            want = json.load(f)
+        if len(want) != count:
+            raise SystemExit(f"{truths_path} has {len(want)} answers, not {count}")
     wrong: list[str] = []
     for i in range(VERIFY_FROM, VERIFY_FROM + count):
         b = _contract.body(exercise, i)
@@ -94,9 +123,7 @@ def verify(exercise: int, url: str, count: int) -> None:
         try:
             with urllib.request.urlopen(request, timeout=30) as r:
                 reply = json.load(r)
-            problem = compare(
-                answer_of(exercise, reply), _contract.truth(exercise, b, model)
-            )
+            problem = compare(answer_of(exercise, reply), want[i - VERIFY_FROM])
         except (urllib.error.URLError, OSError, TypeError, ValueError) as e:
             problem = str(e)
         if problem is not None:
@@ -109,19 +136,23 @@ def main() -> None:
     args = sys.argv[1:]
     if (
         len(args) < 3
-        or args[0] not in ("serve", "bodies", "verify")
+        or args[0] not in ("serve", "bodies", "truths", "verify")
         or args[1] not in ("5", "6")
     ):
         raise SystemExit(usage)
     exercise = int(args[1])
     if args[0] == "serve":
         serve(exercise, args[2])
+    elif args[0] == "verify" and len(args) in (4, 5):
+        verify(exercise, args[2], int(args[3]), args[4] if len(args) == 5 else None)
     elif len(args) != 4:
         raise SystemExit(usage)
     elif args[0] == "bodies":
         bodies(exercise, args[2], int(args[3]))
+    elif args[0] == "truths":
+        truths(exercise, args[2], int(args[3]))
     else:
-        verify(exercise, args[2], int(args[3]))
+        raise SystemExit(usage)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 //! The check serves the copy with `lab/exercises/python/_check.py serve` (it prints the zoo's
 //! `listening on http://...` line), scans it with the `leaklab` binary under an explicit
 //! budget, then sends inputs the scan never sent and compares every answer with the model's
-//! own (`_check.py verify`, the truth in `_contract.py`, which the learner does not edit).
+//! own (`_check.py verify`, the truth in `_contract.py`, which the learner does not edit,
+//! computed once and kept in target/).
 
 use crate::{Info, Kind, Outcome, Version};
 use anyhow::{bail, Context, Result};
 use leaklab_report::human_bytes;
 use serde_json::Value;
+use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -151,6 +153,36 @@ fn serve(n: usize, path: &Path, dir: &Path) -> Result<(Served, String)> {
     }
 }
 
+/// The true answers `verify` compares with, computed by `_check.py truths` once per version of
+/// the contract and the checker and per python, and kept in target/ (torch's import and the
+/// model cost about 2 s of CPU a check).
+fn truths(n: usize, count: usize) -> Result<PathBuf> {
+    let mut key = std::collections::hash_map::DefaultHasher::new();
+    for file in ["_contract.py", "_check.py"] {
+        std::fs::read(folder().join(file))?.hash(&mut key);
+    }
+    (python(), count).hash(&mut key);
+    let dir = crate::drill::workspace_root().join("target/leaklab/exercise-truths");
+    let path = dir.join(format!("{n}-{:016x}.json", key.finish()));
+    if !path.exists() {
+        std::fs::create_dir_all(&dir)?;
+        let out = run(
+            check_py()
+                .args(["truths", &n.to_string()])
+                .arg(&path)
+                .arg(count.to_string()),
+            "_check.py truths",
+        )?;
+        if !out.status.success() {
+            bail!(
+                "could not compute the true answers: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(path)
+}
+
 fn run(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
     let out = cmd
         .output()
@@ -240,7 +272,9 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
         )
     })?;
     let verify = run(
-        check_py().args(["verify", &n.to_string(), &url, &plan.verified.to_string()]),
+        check_py()
+            .args(["verify", &n.to_string(), &url, &plan.verified.to_string()])
+            .arg(truths(n, plan.verified)?),
         "_check.py verify",
     )?;
     drop(served);

@@ -199,12 +199,12 @@ def _torch() -> Any:
     except (ImportError, ValueError):
         pass  # said below, in import's own words
     try:
-        import torch
+        import torch as imported
     except ImportError as e:
         raise CensusError(
             f"the tensor census needs torch, and this Python ({sys.executable}) cannot import it: {e}"
         ) from e
-    return torch
+    return imported
 
 
 def census(*, max_seconds: float = 10.0, max_depth: int = 1000, top: int = 0) -> CensusDoc:

@@ -185,18 +185,9 @@ pub fn python() -> String {
 }
 
 /// The lab's Python twin (FastAPI + PyTorch) of `variant`, with the Rust model's weights
-/// exported into `dir`, and `extra` flags.
+/// ([`twin_weights`]), and `extra` flags.
 #[allow(dead_code)]
-pub fn twin(variant: &str, dir: &Path, extra: &[&str]) -> Service {
-    let weights = dir.join("w.safetensors");
-    if !weights.exists() {
-        assert!(Command::new(service_exe())
-            .args(["export-weights", "--out"])
-            .arg(&weights)
-            .status()
-            .unwrap()
-            .success());
-    }
+pub fn twin(variant: &str, extra: &[&str]) -> Service {
     let mut c = Command::new(python());
     c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/python/twin_service.py"))
         .args([
@@ -208,7 +199,56 @@ pub fn twin(variant: &str, dir: &Path, extra: &[&str]) -> Service {
             "1",
             "--weights",
         ])
-        .arg(&weights)
+        .arg(twin_weights())
         .args(extra);
     Service::start(c)
+}
+
+/// The Rust model's weights (`leaklab-service export-weights`), exported once per build of the
+/// service (0.5 s of CPU a twin before).
+#[allow(dead_code)]
+pub fn twin_weights() -> PathBuf {
+    let exe = service_exe();
+    made_once(&exe, "twin-weights", |folder| {
+        assert!(Command::new(&exe)
+            .args(["export-weights", "--out"])
+            .arg(folder.join("w.safetensors"))
+            .status()
+            .unwrap()
+            .success());
+    })
+    .join("w.safetensors")
+}
+
+/// A folder of files that `make` writes from the binary `exe`, made once per build of `exe` in
+/// `CARGO_TARGET_TMPDIR` rather than once per test: named by the binary's size and time, and
+/// renamed into place whole, so that tests started side by side never read a half-made folder.
+#[allow(dead_code)]
+pub fn made_once(exe: &Path, what: &str, make: impl FnOnce(&Path)) -> PathBuf {
+    let meta = std::fs::metadata(exe).unwrap();
+    let built = meta
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let folder = tmp.join(format!("{what}-{}-{built}", meta.len()));
+    if !folder.exists() {
+        std::fs::create_dir_all(tmp).unwrap();
+        let fresh = tempfile::tempdir_in(tmp).unwrap();
+        make(fresh.path());
+        // Another test may have put the same folder there first: theirs serves as well, and
+        // ours goes with `fresh`.
+        let renamed = std::fs::rename(fresh.path(), &folder);
+        assert!(folder.exists(), "{}: {renamed:?}", folder.display());
+        // Those of earlier builds go.
+        for old in std::fs::read_dir(tmp).unwrap().filter_map(Result::ok) {
+            let name = old.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{what}-")) && old.path() != folder {
+                let _ = std::fs::remove_dir_all(old.path());
+            }
+        }
+    }
+    folder
 }
