@@ -104,6 +104,35 @@ fn noise(floor: &[Sample], quantum: f64) -> f64 {
     spread.max(quantum)
 }
 
+impl NoisyJudgement {
+    /// The most the floor can climb a step, read from its first and last quarters: where every
+    /// floor point is within `noise_bytes` of a line, each quarter's median level is within it
+    /// of the line at that quarter's middle, so the slope is at most (rise + 2·noise) / span.
+    /// Theil–Sen's bound needs only half the pairs within the noise and spans a third of the
+    /// floor; this one spans three quarters, so where the floor wanders a few MB either way
+    /// around a flat level it says "little growth" about three times tighter. Infinite where
+    /// the floor is too short to read quarters.
+    pub fn rise_high(&self) -> f64 {
+        let quarter = self.floor.len() / 4;
+        if quarter < 2 {
+            return f64::INFINITY;
+        }
+        let middle = |part: &[Sample], at: fn(&Sample) -> f64| {
+            median(&mut part.iter().map(at).collect::<Vec<_>>())
+        };
+        let (first, last) = (
+            &self.floor[..quarter],
+            &self.floor[self.floor.len() - quarter..],
+        );
+        let span = middle(last, |s| s.0 as f64) - middle(first, |s| s.0 as f64);
+        let rise = middle(last, |s| s.1 as f64) - middle(first, |s| s.1 as f64);
+        if span <= 0.0 {
+            return f64::INFINITY;
+        }
+        (rise + 2.0 * self.noise_bytes) / span
+    }
+}
+
 pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudgement> {
     let series = samples.get(config.warmup..).unwrap_or(&[]);
     let needed = config.min_samples.max(8);
@@ -206,6 +235,36 @@ mod tests {
             .collect();
         let j = judge_noisy(&s, &NoisyConfig::new(0)).unwrap();
         assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
+    }
+
+    #[test]
+    fn the_rise_bounds_a_wandering_flat_floor_tighter_than_theil_sen_and_never_below_a_climb() {
+        // A flat level whose floor wanders 0-4 MB from window to window (what a CI run's repeat
+        // phase read: slope 0, Theil–Sen's bound ±228.6 kB, a rise of 1.14 MB over 180).
+        let wander = |i: u64| {
+            let mut k = (i / 8 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            k ^= k >> 29;
+            (k.wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 32) as i64 % 4_000_000
+        };
+        let flat: Vec<Sample> = (0..180).map(|i| (i, 500_000_000 + wander(i))).collect();
+        let j = judge_noisy(&flat, &NoisyConfig::new(0)).unwrap();
+        // Here: Theil–Sen's bound ±178-182 kB around -3.8 kB, the rise's 49.3 kB.
+        assert!(
+            j.rise_high() < j.slope.high / 2.0,
+            "{} {j:?}",
+            j.rise_high()
+        );
+        // The same wander on a climb of 150 kB a request: the bound stays above the climb.
+        let climb: Vec<Sample> = (0..180)
+            .map(|i| (i, 500_000_000 + 150_000 * i as i64 + wander(i)))
+            .collect();
+        let c = judge_noisy(&climb, &NoisyConfig::new(0)).unwrap();
+        // Here: 202 kB.
+        assert!(c.rise_high() > 150_000.0, "{} {c:?}", c.rise_high());
+        // Too short a floor for quarters (four points): no bound.
+        let short: Vec<Sample> = (0..30).map(|i| (i, 0)).collect();
+        let four = judge_noisy(&short, &NoisyConfig::new(0)).unwrap();
+        assert!(four.rise_high().is_infinite(), "{four:?}");
     }
 
     #[test]
