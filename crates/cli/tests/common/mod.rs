@@ -131,7 +131,18 @@ impl Service {
 
 impl Drop for Service {
     fn drop(&mut self) {
+        // Its own processes too: uvicorn's `--workers` are `multiprocessing` children that
+        // outlive a killed parent (two per run of the watch's two-worker test were left alive).
+        // Listed before the parent dies, whose children then go to init; killed after it, so no
+        // supervisor starts a new worker.
+        let tree = leaklab_proc::process_tree(self.child.id());
         let _ = self.child.kill();
+        if tree.len() > 1 {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .args(tree[1..].iter().map(u32::to_string))
+                .status();
+        }
         let _ = self.child.wait();
     }
 }
