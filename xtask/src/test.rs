@@ -37,7 +37,7 @@ const SELECTION: [&str; 5] = [
 ];
 
 /// What nextest runs: every target but the benches, whose mains (criterion's, or the snapshot
-/// reader's own) cannot answer nextest's `--list`; `cargo test --benches` runs those once each.
+/// reader's own) cannot answer nextest's `--list`; `cargo test --bench '*'` runs those once each.
 const NEXTEST_TARGETS: [&str; 4] = ["--lib", "--bins", "--tests", "--examples"];
 
 /// The test binary that needs a CUDA device (`crates/service/tests/gpu.rs`).
@@ -111,7 +111,10 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
             let benches = steps.run("benches (test mode, once each)", || {
                 let mut benches = torch.cargo();
                 benches
-                    .args(["test", "--no-fail-fast", "--benches"])
+                    // The bench targets alone: `--benches` also takes every lib and bin (their
+                    // `bench = true` default), which ran the unit tests the pool had run again
+                    // and built the harness of each main that has none (`test = false`).
+                    .args(["test", "--no-fail-fast", "--bench", "*"])
                     .args(SELECTION);
                 run(benches)
             });
