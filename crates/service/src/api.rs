@@ -169,6 +169,33 @@ mod tests {
         validate(InferRequest { inputs }, 3, 4)
     }
 
+    /// `InferRequest::from_json` is where the parser the `Json` extractor runs is compiled
+    /// (optimised, in leaklab-vocab): it must read each value as the extractor does.
+    #[test]
+    fn the_vocab_parser_reads_bodies_as_the_json_extractor_does() {
+        let bodies: [&[u8]; 4] = [
+            br#"{"inputs":[[1.0,2.5],[-3e-2,4]]}"#,
+            br#"{"inputs":[[1.0,"x"]]}"#,
+            br#"{"inputs":[[1.0]],"extra":1}"#,
+            br#"{"inputs":[[1.0]"#,
+        ];
+        for body in bodies {
+            let text = String::from_utf8_lossy(body);
+            match (
+                InferRequest::from_json(body),
+                Json::<InferRequest>::from_bytes(body),
+            ) {
+                (Ok(ours), Ok(Json(axums))) => assert_eq!(ours, axums, "{text}"),
+                (Err(ours), Err(axums)) => assert!(
+                    axums.body_text().contains(&ours.to_string()),
+                    "{text}: {ours} against {}",
+                    axums.body_text()
+                ),
+                (ours, axums) => panic!("{text}: {ours:?} against {axums:?}"),
+            }
+        }
+    }
+
     #[test]
     fn each_bad_batch_says_what_is_wrong() {
         assert_eq!(
