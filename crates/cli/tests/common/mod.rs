@@ -232,8 +232,9 @@ pub fn twin_weights() -> PathBuf {
 }
 
 /// A folder of files that `make` writes from the binary `exe`, made once per build of `exe` in
-/// `CARGO_TARGET_TMPDIR` rather than once per test: named by the binary's size and time, and
-/// renamed into place whole, so that tests started side by side never read a half-made folder.
+/// `CARGO_TARGET_TMPDIR` rather than once per test: named by the binary's size and time, made
+/// under a file lock (tests started side by side wait for one to make it, not each make their
+/// own) and renamed into place whole, so that no test reads a half-made folder.
 #[allow(dead_code)]
 pub fn made_once(exe: &Path, what: &str, make: impl FnOnce(&Path)) -> PathBuf {
     let meta = std::fs::metadata(exe).unwrap();
@@ -245,8 +246,10 @@ pub fn made_once(exe: &Path, what: &str, make: impl FnOnce(&Path)) -> PathBuf {
         .as_nanos();
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let folder = tmp.join(format!("{what}-{}-{built}", meta.len()));
+    std::fs::create_dir_all(tmp).unwrap();
+    let lock = std::fs::File::create(tmp.join(format!("{what}.lock"))).unwrap();
+    lock.lock().unwrap(); // released when `lock` is dropped
     if !folder.exists() {
-        std::fs::create_dir_all(tmp).unwrap();
         let fresh = tempfile::tempdir_in(tmp).unwrap();
         make(fresh.path());
         // Another test may have put the same folder there first: theirs serves as well, and
