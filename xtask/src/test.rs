@@ -160,52 +160,130 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
     Ok(())
 }
 
-/// Each check here takes seconds and needs no build of the workspace: the first to fail ends
-/// the run.
+/// A check of [`cheap_checks`]: its row's name and what it runs.
+type Check<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+
+/// Each check here takes seconds and needs no build of the workspace. They run side by side
+/// (one process each, mostly one core: 11 s one after another, 2026-12-06), each with its row,
+/// and the run ends after them if any failed.
 fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> {
-    steps.run("tidy (cargo test -p xtask)", || {
-        let mut tidy = torch.cargo();
-        tidy.args(["test", "--quiet", "--package", "xtask", "--", "--nocapture"]);
-        run(tidy).context("tidy: the house rules are broken (xtask/src/tidy.rs)")
-    })?;
     let package = workspace_root().join("crates/cli/python");
     let zoo = workspace_root().join("lab/zoo");
     let python = || torch.python_command("the Python package's checks");
-    steps.run("ruff check", || {
-        let mut ruff = python()?;
-        ruff.args(["-m", "ruff", "check"]).arg(&package).arg(&zoo);
-        run(ruff).context("ruff finds problems in crates/cli/python or lab/zoo")
-    })?;
-    steps.run("ruff format --check", || {
-        let mut format = python()?;
-        format
-            .args(["-m", "ruff", "format", "--check"])
-            .arg(&package)
-            .arg(&zoo);
-        run(format).context("not formatted: run `ruff format crates/cli/python lab/zoo`")
-    })?;
-    steps.run("mypy --strict", || {
-        let mut mypy = python()?;
-        let config = workspace_root().join("crates/cli/pyproject.toml");
-        mypy.args(["-m", "mypy", "--strict", "--config-file"])
-            .arg(config)
-            .arg(package.join("leaklab"));
-        run(mypy).context("mypy --strict finds problems in the leaklab package")
-    })?;
+    let mut checks: Vec<Check> = vec![
+        (
+            "tidy (cargo test -p xtask)",
+            Box::new(|| {
+                let mut tidy = torch.cargo();
+                tidy.args(["test", "--quiet", "--package", "xtask", "--", "--nocapture"]);
+                run(tidy).context("tidy: the house rules are broken (xtask/src/tidy.rs)")
+            }),
+        ),
+        (
+            "ruff check",
+            Box::new(|| {
+                let mut ruff = python()?;
+                ruff.args(["-m", "ruff", "check"]).arg(&package).arg(&zoo);
+                run(ruff).context("ruff finds problems in crates/cli/python or lab/zoo")
+            }),
+        ),
+        (
+            "ruff format --check",
+            Box::new(|| {
+                let mut format = python()?;
+                format
+                    .args(["-m", "ruff", "format", "--check"])
+                    .arg(&package)
+                    .arg(&zoo);
+                run(format).context("not formatted: run `ruff format crates/cli/python lab/zoo`")
+            }),
+        ),
+        (
+            "mypy --strict",
+            Box::new(|| {
+                let mut mypy = python()?;
+                let config = workspace_root().join("crates/cli/pyproject.toml");
+                mypy.args(["-m", "mypy", "--strict", "--config-file"])
+                    .arg(config)
+                    .arg(package.join("leaklab"));
+                run(mypy).context("mypy --strict finds problems in the leaklab package")
+            }),
+        ),
+    ];
     if promtool {
-        steps.run("promtool test rules", || {
-            let mut cmd = Command::new("promtool");
-            cmd.current_dir(workspace_root().join("docs/prometheus"))
-                .args(["test", "rules", "leaklab-alerts.test.yml"]);
-            run(cmd).context("the alert rules' promtool test failed")
-        })?;
+        checks.push((
+            "promtool test rules",
+            Box::new(|| {
+                let mut cmd = Command::new("promtool");
+                cmd.current_dir(workspace_root().join("docs/prometheus"))
+                    .args(["test", "rules", "leaklab-alerts.test.yml"]);
+                run(cmd).context("the alert rules' promtool test failed")
+            }),
+        ));
     }
-    steps.run("kubernetes manifests", || kubernetes(torch, promtool))?;
-    steps.run("cargo fmt --check", || {
-        let mut fmt = torch.cargo();
-        fmt.args(["fmt", "--all", "--check"]);
-        run(fmt).context("the tree is not formatted: run `cargo fmt --all` (rustfmt.toml)")
-    })?;
+    checks.push((
+        "kubernetes manifests",
+        Box::new(|| kubernetes(torch, promtool)),
+    ));
+    checks.push((
+        "cargo fmt --check",
+        Box::new(|| {
+            let mut fmt = torch.cargo();
+            fmt.args(["fmt", "--all", "--check"]);
+            run(fmt).context("the tree is not formatted: run `cargo fmt --all` (rustfmt.toml)")
+        }),
+    ));
+    let started = Instant::now();
+    let done: Vec<(&str, Duration, Result<()>)> = std::thread::scope(|scope| {
+        let running: Vec<_> = checks
+            .into_iter()
+            .map(|(name, check)| {
+                eprintln!("leaklab: ── {name}");
+                let timed = move || {
+                    let began = Instant::now();
+                    let result = check();
+                    (began.elapsed(), result)
+                };
+                (name, scope.spawn(timed))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|(name, thread)| {
+                let (took, result) = thread
+                    .join()
+                    .unwrap_or_else(|_| (Duration::ZERO, Err(anyhow::anyhow!("{name} panicked"))));
+                (name, took, result)
+            })
+            .collect()
+    });
+    let mut failed = Vec::new();
+    for (name, took, result) in done {
+        let outcome = if result.is_ok() {
+            Outcome::Passed
+        } else {
+            Outcome::Failed
+        };
+        steps.record_beside(name, took, outcome);
+        failed.extend(result.err());
+    }
+    steps.record(
+        "the cheap checks above, side by side",
+        started.elapsed(),
+        if failed.is_empty() {
+            Outcome::Passed
+        } else {
+            Outcome::Failed
+        },
+    );
+    if !failed.is_empty() {
+        let all: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+        bail!(
+            "{} cheap check(s) failed:\n  {}",
+            failed.len(),
+            all.join("\n  ")
+        );
+    }
     Ok(())
 }
 
