@@ -101,12 +101,10 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
         // cargo steps, and the benches keep at most one core busy: it runs beside them.
         std::thread::scope(|scope| {
             let smoke = scope.spawn(|| {
-                let started = Instant::now();
-                let result = match &listed {
+                timed(|| match &listed {
                     Ok(device) => crate::bundle::smoke_dev(torch, &device.gpu_binary),
                     Err(e) => Err(anyhow::anyhow!("no GPU test binary to bundle: {e:#}")),
-                };
-                (result, started.elapsed())
+                })
             });
             let benches = steps.run("benches (test mode, once each)", || {
                 let mut benches = torch.cargo();
@@ -135,11 +133,7 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
             steps.record_beside(
                 "device bundle (dev) on CPU, beside the two above",
                 took,
-                if smoke.is_ok() {
-                    Outcome::Passed
-                } else {
-                    Outcome::Failed
-                },
+                Outcome::of(&smoke),
             );
             failed.extend(smoke.err());
         });
@@ -153,11 +147,20 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
         "crates/cli/python/tests/{}",
         crate::bundle::PYTHON_CUDA_TEST
     ));
-    if !failed.is_empty() {
-        let all: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
-        bail!("{} step(s) failed:\n  {}", failed.len(), all.join("\n  "));
+    none_failed(&failed, "step")
+}
+
+/// Ok where `failed` is empty; else one error that lists each, `what` naming what failed.
+fn none_failed(failed: &[anyhow::Error], what: &str) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let each: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+    bail!(
+        "{} {what}(s) failed:\n  {}",
+        failed.len(),
+        each.join("\n  ")
+    )
 }
 
 /// A check of [`cheap_checks`]: its row's name and what it runs.
@@ -239,52 +242,31 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
             .into_iter()
             .map(|(name, check)| {
                 eprintln!("leaklab: ── {name}");
-                let timed = move || {
-                    let began = Instant::now();
-                    let result = check();
-                    (began.elapsed(), result)
-                };
-                (name, scope.spawn(timed))
+                (name, scope.spawn(move || timed(check)))
             })
             .collect();
         running
             .into_iter()
             .map(|(name, thread)| {
-                let (took, result) = thread
+                let (result, took) = thread
                     .join()
-                    .unwrap_or_else(|_| (Duration::ZERO, Err(anyhow::anyhow!("{name} panicked"))));
+                    .unwrap_or_else(|_| (Err(anyhow::anyhow!("{name} panicked")), Duration::ZERO));
                 (name, took, result)
             })
             .collect()
     });
     let mut failed = Vec::new();
     for (name, took, result) in done {
-        let outcome = if result.is_ok() {
-            Outcome::Passed
-        } else {
-            Outcome::Failed
-        };
-        steps.record_beside(name, took, outcome);
+        steps.record_beside(name, took, Outcome::of(&result));
         failed.extend(result.err());
     }
+    let all = none_failed(&failed, "cheap check");
     steps.record(
         "the cheap checks above, side by side",
         started.elapsed(),
-        if failed.is_empty() {
-            Outcome::Passed
-        } else {
-            Outcome::Failed
-        },
+        Outcome::of(&all),
     );
-    if !failed.is_empty() {
-        let all: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
-        bail!(
-            "{} cheap check(s) failed:\n  {}",
-            failed.len(),
-            all.join("\n  ")
-        );
-    }
-    Ok(())
+    all
 }
 
 /// clippy, `-D warnings`, inside the build itself: cargo runs every workspace crate's compiler
@@ -652,6 +634,23 @@ enum Outcome {
     Skipped,
 }
 
+impl Outcome {
+    fn of<T>(result: &Result<T>) -> Outcome {
+        if result.is_ok() {
+            Outcome::Passed
+        } else {
+            Outcome::Failed
+        }
+    }
+}
+
+/// `step`'s result and how long it took.
+fn timed<T>(step: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let result = step();
+    (result, started.elapsed())
+}
+
 /// The steps as they ran, for the table at the end.
 #[derive(Default)]
 struct Steps {
@@ -664,17 +663,8 @@ struct Steps {
 impl Steps {
     fn run<T>(&mut self, name: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
         eprintln!("leaklab: ── {name}");
-        let started = Instant::now();
-        let result = step();
-        self.record(
-            name,
-            started.elapsed(),
-            if result.is_ok() {
-                Outcome::Passed
-            } else {
-                Outcome::Failed
-            },
-        );
+        let (result, took) = timed(step);
+        self.record(name, took, Outcome::of(&result));
         result
     }
 
