@@ -166,19 +166,14 @@ fn truths(n: usize, count: usize) -> Result<PathBuf> {
     let path = dir.join(format!("{n}-{:016x}.json", key.finish()));
     if !path.exists() {
         std::fs::create_dir_all(&dir)?;
-        let out = run(
+        run_ok(
             check_py()
                 .args(["truths", &n.to_string()])
                 .arg(&path)
                 .arg(count.to_string()),
             "_check.py truths",
+            "compute the true answers",
         )?;
-        if !out.status.success() {
-            bail!(
-                "could not compute the true answers: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
     }
     Ok(path)
 }
@@ -188,6 +183,18 @@ fn run(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
         .output()
         .with_context(|| format!("could not run {what}"))?;
     Ok(out)
+}
+
+/// [`run`], for a command whose output is its files: an error with its stderr if it failed.
+fn run_ok(cmd: &mut Command, what: &str, doing: &str) -> Result<()> {
+    let out = run(cmd, what)?;
+    if !out.status.success() {
+        bail!(
+            "could not {doing}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// Checks Python exercise `n` in the given version: the scan says memory no longer grows, and
@@ -221,19 +228,14 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     } else {
         1
     };
-    let out = run(
+    run_ok(
         check_py()
             .args(["bodies", &n.to_string()])
             .arg(&bodies)
             .arg(count.to_string()),
         "_check.py bodies",
+        "write the bodies",
     )?;
-    if !out.status.success() {
-        bail!(
-            "could not write the bodies: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     let body = if n == 5 {
         bodies.clone()
     } else {
