@@ -244,6 +244,7 @@ fn diagnose(
             verdict,
             slope,
             rise_bytes: rise,
+            level_bytes: judged.first().map_or(0.0, |a| a.1 as f64),
         },
         repeats: None,
         threads: None,
