@@ -172,6 +172,8 @@ type Check<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
 fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> {
     let package = workspace_root().join("crates/cli/python");
     let zoo = workspace_root().join("lab/zoo");
+    // The twin and the lab's other Python: linted, not yet formatted by ruff.
+    let lab_python = workspace_root().join("lab/python");
     let python = || torch.python_command("the Python package's checks");
     let mut checks: Vec<Check> = vec![
         (
@@ -186,8 +188,11 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
             "ruff check",
             Box::new(|| {
                 let mut ruff = python()?;
-                ruff.args(["-m", "ruff", "check"]).arg(&package).arg(&zoo);
-                run(ruff).context("ruff finds problems in crates/cli/python or lab/zoo")
+                ruff.args(["-m", "ruff", "check"])
+                    .arg(&package)
+                    .arg(&zoo)
+                    .arg(&lab_python);
+                run(ruff).context("ruff finds problems in crates/cli/python, lab/zoo or lab/python")
             }),
         ),
         (
