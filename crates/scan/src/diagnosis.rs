@@ -674,6 +674,16 @@ mod tests {
         assert_eq!(f.axis, Axis::Undetermined);
     }
 
+    /// The trim probe's finding that `malloc_trim(0)` returned `returned` bytes.
+    fn trim(returned: i64) -> crate::agent::Trim {
+        crate::agent::Trim {
+            malloc_trim: crate::agent::TrimShare {
+                given_back_bytes: Some(returned),
+            },
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn a_small_rise_that_stopped_is_settling_and_one_the_allocator_returns_is_given_back() {
         // +1.2 MB on 300 MB (0.4 %), then flat: the service settling, no axis.
@@ -685,12 +695,6 @@ mod tests {
         // +30 MB (10 %), then flat over new inputs, repeats flat.
         let filled = judged(|i| 200_000 * i.min(150) as i64, 400);
         let flat = judged(|_| 0, 150);
-        let trim = |returned: i64| crate::agent::Trim {
-            malloc_trim: crate::agent::TrimShare {
-                given_back_bytes: Some(returned),
-            },
-            ..Default::default()
-        };
         let mut kept = axis(
             "anonymous",
             &filled,
@@ -740,12 +744,6 @@ mod tests {
 
     #[test]
     fn a_rise_smaller_than_the_free_memory_the_allocator_keeps_is_settling() {
-        let trim = |returned: i64| crate::agent::Trim {
-            malloc_trim: crate::agent::TrimShare {
-                given_back_bytes: Some(returned),
-            },
-            ..Default::default()
-        };
         let flat = judged(|_| 0, 150);
         // What CI read from a zoo fixed twin: +3.88 MB, then held (1.3 % of 300 MB, over
         // SETTLED_SHARE), and malloc_trim(0) returned 18.18 MB.
