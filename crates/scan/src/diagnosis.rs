@@ -69,7 +69,8 @@ pub struct Phase {
     pub verdict: Verdict,
     pub slope: Slope,
     pub rise_bytes: f64,
-    /// The floor's first level, which a rise is a share of (0 in reports from before it was kept).
+    /// The first judged sample's level, which a rise is a share of (0 in reports from before it
+    /// was kept).
     #[serde(default)]
     pub level_bytes: f64,
 }
