@@ -184,10 +184,8 @@ pub fn axis(
         (
             Axis::None,
             format!(
-                "{series} rose {} ({:.2} % of its {}) and stopped: the service settling, not growth",
-                signed_bytes(judged.rise_bytes),
-                100.0 * judged.rise_bytes / judged.first.1.max(1) as f64,
-                human_bytes(judged.first.1 as f64)
+                "{} and stopped: the service settling, not growth",
+                rose(series, judged.rise_bytes, judged.first.1 as f64)
             ),
         )
     } else if let (Some(added), true) = (
@@ -295,35 +293,30 @@ pub fn given_back(axis: &mut AxisReading, trim: &crate::agent::Trim) {
     }
     let returned = trim.allocator_returned() as f64;
     let rise = axis.judged.rise_bytes;
-    if axis.bounded && rise > 0.0 && returned > 0.0 && returned < GIVEN_BACK_SHARE * rise {
-        axis.words = format!(
-            "{}; malloc_trim(0) returned {} when asked ({:.0} % of the rise, free memory the allocator kept), too little to say nothing holds the growth",
-            axis.words,
-            human_bytes(returned),
-            100.0 * returned / rise
-        );
+    if !axis.bounded || rise <= 0.0 {
+        return;
     }
     let level = axis.judged.level_bytes;
-    if axis.bounded
-        && rise > 0.0
-        && returned >= GIVEN_BACK_SHARE * rise
-        && rise < SETTLED_GIVEN_BACK_SHARE * level
-    {
+    if returned < GIVEN_BACK_SHARE * rise {
+        if returned > 0.0 {
+            axis.words = format!(
+                "{}; malloc_trim(0) returned {} when asked ({:.0} % of the rise, free memory the allocator kept), too little to say nothing holds the growth",
+                axis.words,
+                human_bytes(returned),
+                100.0 * returned / rise
+            );
+        }
+    } else if rise < SETTLED_GIVEN_BACK_SHARE * level {
         // Less than the free memory every such service keeps: no axis, as a smaller rise.
         axis.words = format!(
-            "{} rose {} ({:.2} % of its {}) and held; malloc_trim(0) then returned {}: the service settling into free memory the allocator keeps, not growth (was: {})",
-            axis.series,
-            signed_bytes(rise),
-            100.0 * rise / level,
-            human_bytes(level),
+            "{} and held; malloc_trim(0) then returned {}: the service settling into free memory the allocator keeps, not growth (was: {})",
+            rose(&axis.series, rise, level),
             human_bytes(returned),
             axis.words
         );
         axis.axis = Axis::None;
         axis.bounded = false;
-        return;
-    }
-    if axis.bounded && rise > 0.0 && returned >= GIVEN_BACK_SHARE * rise {
+    } else {
         axis.words = format!(
             "it rose {} and held; malloc_trim(0) then returned {} ({:.0} % of the rise): the allocator kept free memory, nothing holds it (was: {})",
             signed_bytes(rise),
@@ -333,6 +326,16 @@ pub fn given_back(axis: &mut AxisReading, trim: &crate::agent::Trim) {
         );
         axis.axis = Axis::GivenBack;
     }
+}
+
+/// "`series` rose X (Y % of its Z)": a rise as a share of the level it rose from.
+fn rose(series: &str, rise: f64, level: f64) -> String {
+    format!(
+        "{series} rose {} ({:.2} % of its {})",
+        signed_bytes(rise),
+        100.0 * rise / level.max(1.0),
+        human_bytes(level)
+    )
 }
 
 /// Where the growing memory lives.
