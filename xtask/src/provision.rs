@@ -158,18 +158,13 @@ impl Torch {
     /// The Python packages the tasks use, in the same python as torch: the twin's (FastAPI,
     /// uvicorn, safetensors, prometheus_client), the Kubernetes manifests' validator
     /// (kubernetes-validate, schemas bundled: works offline) and the Python package's tests
-    /// and checks (pytest, httpx for Starlette's TestClient, ruff, mypy). Only what is missing
-    /// is installed.
+    /// and checks (pytest, httpx for Starlette's TestClient, ruff, mypy). Only what is missing,
+    /// or pinned and at another version, is installed.
     pub fn ensure_python_packages(&self) -> Result<()> {
         let Some(python) = &self.python else {
             return Ok(());
         };
-        let absent = missing_modules(python, PYTHON_PACKAGES.iter().map(|(module, _)| *module));
-        let missing: Vec<&str> = PYTHON_PACKAGES
-            .iter()
-            .filter(|(module, _)| absent.iter().any(|a| a == module))
-            .map(|&(_, spec)| spec)
-            .collect();
+        let missing = unmet(python, PYTHON_PACKAGES);
         if !missing.is_empty() {
             eprintln!(
                 "leaklab: installing {} into {}",
@@ -191,8 +186,10 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("kubernetes_validate", "kubernetes-validate==1.37.0"),
     ("pytest", "pytest"),
     ("httpx", "httpx"),
-    ("ruff", "ruff"),
-    ("mypy", "mypy"),
+    // The checkers pinned: a new release of either adds rules or changes its style, and would
+    // fail unchanged code on a fresh machine (these are the versions the tree was checked with).
+    ("ruff", "ruff==0.17.6"),
+    ("mypy", "mypy==2.4.1"),
     // The zoo's onnxruntime_arena entry: ONNX Runtime's CPU arena, on a model built with onnx.
     ("onnxruntime", "onnxruntime==1.32.0"),
     ("onnx", "onnx==1.23.2"),
@@ -202,20 +199,34 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("memray", "memray==1.20.0"),
 ];
 
-/// The modules of `modules` that `python` cannot find (one interpreter start for all of them).
-fn missing_modules<'a>(python: &Path, modules: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let script = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))";
-    let modules: Vec<&str> = modules.collect();
+/// The requirements of `packages` (module to import, pip requirement) that `python` does not
+/// meet, in one interpreter start: the module cannot be found, or a pinned distribution is at
+/// another version (pip then installs the pin over it).
+fn unmet<'a>(python: &Path, packages: &[(&str, &'a str)]) -> Vec<&'a str> {
+    const SCRIPT: &str = "\
+import importlib.metadata as md, importlib.util, sys
+def met(module, spec):
+    if importlib.util.find_spec(module) is None:
+        return False
+    dist, _, pin = spec.partition('==')
+    try:
+        return not pin or md.version(dist) == pin
+    except md.PackageNotFoundError:
+        return False
+args = sys.argv[1:]
+print(' '.join(s for m, s in zip(args[::2], args[1::2]) if not met(m, s)))";
+    let specs = || packages.iter().map(|&(_, spec)| spec);
     match Command::new(python)
-        .args(["-c", script])
-        .args(&modules)
+        .args(["-c", SCRIPT])
+        .args(packages.iter().flat_map(|&(module, spec)| [module, spec]))
         .output()
     {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(String::from)
-            .collect(),
-        _ => modules.into_iter().map(String::from).collect(),
+        Ok(out) if out.status.success() => {
+            let unmet = String::from_utf8_lossy(&out.stdout).into_owned();
+            let unmet: Vec<&str> = unmet.split_whitespace().collect();
+            specs().filter(|spec| unmet.contains(spec)).collect()
+        }
+        _ => specs().collect(),
     }
 }
 
@@ -397,4 +408,39 @@ fn probe_torch(python: &Path) -> Result<PathBuf> {
         );
     }
     Ok(lib)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requirement_is_unmet_when_its_module_is_absent_or_its_pin_is_another_version() {
+        // The standard library's modules, met by any python3; pip's own distribution for a pin.
+        let pip = Command::new("python3")
+            .args([
+                "-c",
+                "import importlib.metadata as m; print(m.version('pip'))",
+            ])
+            .output()
+            .expect("python3 runs");
+        let pip = String::from_utf8(pip.stdout).unwrap().trim().to_string();
+        assert!(!pip.is_empty(), "python3 has pip");
+        let pinned = format!("pip=={pip}");
+        let packages = [
+            ("json", "json"),
+            ("pip", pinned.as_str()),
+            ("pip", "pip==0.0.1"),
+            ("no_such_module_here", "no-such-module-here"),
+            ("json", "no-such-distribution==1.0"),
+        ];
+        assert_eq!(
+            unmet(Path::new("python3"), &packages),
+            [
+                "pip==0.0.1",
+                "no-such-module-here",
+                "no-such-distribution==1.0"
+            ]
+        );
+    }
 }
