@@ -587,7 +587,7 @@ mod tests {
             None,
             vec![],
         );
-        assert_eq!((a.axis, a.bounded), (Axis::PerNewInput, false), "{a:?}");
+        assert_reads(&a, Axis::PerNewInput, false);
         assert!(a.words.contains("per repeat"), "{}", a.words);
         // A cache that filled within the new inputs: per new input, bounded.
         let filled = judged(|i| 200_000 * i.min(120) as i64, 300);
@@ -600,7 +600,7 @@ mod tests {
             None,
             vec![],
         );
-        assert_eq!((b.axis, b.bounded), (Axis::PerNewInput, true), "{b:?}");
+        assert_reads(&b, Axis::PerNewInput, true);
         // Repeats that grow as new inputs do: per request.
         let again = judged(|i| 200_000 * i as i64, 150);
         let c = axis(
@@ -672,10 +672,16 @@ mod tests {
         assert_eq!(d.axis, Axis::PerRequest);
         // Nothing grows: none, whatever else.
         let e = axis("anonymous", &flat, Inputs::New, 400, None, None, vec![]);
-        assert_eq!((e.axis, e.bounded), (Axis::None, false));
+        assert_reads(&e, Axis::None, false);
         // New inputs with no repeat phase: not guessed.
         let f = axis("anonymous", &new, Inputs::New, 400, None, None, vec![]);
         assert_eq!(f.axis, Axis::Undetermined);
+    }
+
+    /// Asserts that `a` reads `want`, bounded or not, the whole reading in the message.
+    #[track_caller]
+    fn assert_reads(a: &AxisReading, want: Axis, bounded: bool) {
+        assert_eq!((a.axis, a.bounded), (want, bounded), "{a:?}");
     }
 
     /// The trim probe's finding that `malloc_trim(0)` returned `returned` bytes.
@@ -694,7 +700,7 @@ mod tests {
         let settling = judged(|i| 4_000 * i.min(300) as i64, 600);
         assert_eq!(settling.verdict, Verdict::Plateau, "{settling:?}");
         let a = axis("rss", &settling, Inputs::Same, 1, None, None, vec![]);
-        assert_eq!((a.axis, a.bounded), (Axis::None, false), "{}", a.words);
+        assert_reads(&a, Axis::None, false);
         assert!(a.words.contains("settling"), "{}", a.words);
         // +30 MB (10 %), then flat over new inputs, repeats flat.
         let filled = judged(|i| 200_000 * i.min(150) as i64, 400);
@@ -725,12 +731,7 @@ mod tests {
             vec![],
         );
         given_back(&mut freed, &trim(250_000_000));
-        assert_eq!(
-            (freed.axis, freed.bounded),
-            (Axis::GivenBack, true),
-            "{}",
-            freed.words
-        );
+        assert_reads(&freed, Axis::GivenBack, true);
         // A leak (not bounded) is never given back, whatever the allocator had free.
         let leak = judged(|i| 200_000 * i as i64, 400);
         let mut leaking = axis(
@@ -757,12 +758,7 @@ mod tests {
         assert!(read().bounded, "{}", read().words);
         let mut settled = read();
         given_back(&mut settled, &trim(18_180_000));
-        assert_eq!(
-            (settled.axis, settled.bounded),
-            (Axis::None, false),
-            "{}",
-            settled.words
-        );
+        assert_reads(&settled, Axis::None, false);
         assert!(
             settled.words.contains("(1.29 % of its 300"),
             "{}",
@@ -777,12 +773,7 @@ mod tests {
         let bigger = judged(|i| if i < 120 { 0 } else { 7_500_000 }, 250);
         let mut freed = axis("rss", &bigger, Inputs::New, 250, Some(&flat), None, vec![]);
         given_back(&mut freed, &trim(18_180_000));
-        assert_eq!(
-            (freed.axis, freed.bounded),
-            (Axis::GivenBack, true),
-            "{}",
-            freed.words
-        );
+        assert_reads(&freed, Axis::GivenBack, true);
     }
 
     #[test]

@@ -225,9 +225,9 @@ fn diagnose(
         .copied()
         .filter(|s| s.0 >= request.warmup)
         .collect();
-    let rise = match (judged.first(), judged.last()) {
-        (Some(a), Some(b)) => (b.1 - a.1) as f64,
-        _ => 0.0,
+    let (level, rise) = match (judged.first(), judged.last()) {
+        (Some(a), Some(b)) => (a.1 as f64, (b.1 - a.1) as f64),
+        _ => (0.0, 0.0),
     };
     let rate = match &deciding.counts {
         None => human_bytes(slope.bytes_per_request),
@@ -244,7 +244,7 @@ fn diagnose(
             verdict,
             slope,
             rise_bytes: rise,
-            level_bytes: judged.first().map_or(0.0, |a| a.1 as f64),
+            level_bytes: level,
         },
         repeats: None,
         threads: None,
