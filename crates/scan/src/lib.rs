@@ -502,6 +502,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         if let (Some(r), Some(samples)) = (axis.repeats.as_mut(), state.repeats.get(name)) {
             r.requests = samples.len();
         }
+        let fails = series
+            .iter()
+            .any(|s| s.series == name && s.ops.is_some_and(Ops::fails));
+        diagnosis::settled(&mut axis, fails);
         if let Some(t) = &explained.trim {
             diagnosis::given_back(&mut axis, t);
         }
