@@ -464,16 +464,14 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     } else if options.trim || options.native {
         state.notes.push("--trim and --native ask the agent inside the service: give --agent too (docs/agent.md)".into());
     }
-    if let Some((name, judged)) = axis_series(&series) {
+    if let Some((deciding, judged)) = axis_series(&series) {
+        let name = deciding.series.as_str();
         let repeats = state.repeats.get(name).and_then(|samples| {
             // The first tenth of the repeats is not judged: what the last new inputs left
             // settles there (a repeat phase judged from its first request read onnxruntime's
             // arena at +5.09 kB a repeat, bound 3.04 to 7.14 kB, where it reads ±3.1 kB).
             let mut config = NoisyConfig::new(samples.len() / 10);
-            if series
-                .iter()
-                .any(|s| s.series == name && s.kind == Kind::Host)
-            {
+            if deciding.kind == Kind::Host {
                 config.quantum_bytes = config.quantum_bytes.max(HOST_NOISE_FLOOR);
             }
             judge_noisy(samples, &config).ok()
@@ -502,10 +500,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         if let (Some(r), Some(samples)) = (axis.repeats.as_mut(), state.repeats.get(name)) {
             r.requests = samples.len();
         }
-        let fails = series
-            .iter()
-            .any(|s| s.series == name && s.ops.is_some_and(Ops::fails));
-        diagnosis::settled(&mut axis, fails);
+        diagnosis::settled(&mut axis, deciding.ops.is_some_and(Ops::fails));
         if let Some(t) = &explained.trim {
             diagnosis::given_back(&mut axis, t);
         }
@@ -575,7 +570,9 @@ fn inputs_of(target: &Target, sent: usize) -> diagnosis::Inputs {
 
 /// The series the axis is read from: the first that fails, else the steepest that is not flat,
 /// else the steepest (flat: its axis is none, unless a child process grows on its own).
-fn axis_series(series: &[SeriesResult]) -> Option<(&str, &leaklab_detect::NoisyJudgement)> {
+fn axis_series(
+    series: &[SeriesResult],
+) -> Option<(&SeriesResult, &leaklab_detect::NoisyJudgement)> {
     let judged = || {
         series
             .iter()
@@ -596,7 +593,6 @@ fn axis_series(series: &[SeriesResult]) -> Option<(&str, &leaklab_detect::NoisyJ
                 .max_by(steepest)
                 .or_else(|| judged().max_by(steepest))
         })
-        .map(|(s, j)| (s.series.as_str(), j))
 }
 
 /// Requests the native trace's window spans: enough for a cache's growth to show, few enough
