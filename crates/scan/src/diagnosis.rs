@@ -262,7 +262,8 @@ pub fn axis(
 /// settling comes in steps that thin out, and one late in the window reads as still climbing.
 /// Measured on the zoo's fixed twins: rises of 0.03 to 0.64 % (0.16 to 2.23 MB) that stopped,
 /// and one under CI's load still climbing at the end, `thread_per_request`'s at 2.97 kB ± 1.37 kB
-/// a request over 300 (under 0.3 % of the ~342 MB it holds); the smallest bounded cause,
+/// a request over 300 (0.9 MB at that slope, 0.26 % of the ~342 MB it holds here; CI printed
+/// no rise); the smallest bounded cause,
 /// glibc's arenas, rose 1.53 % (9.6 MB). A growth that fails its budget keeps its axis however
 /// small: a failing verdict needs its reason, and more judged requests lift a slow leak over
 /// the share.
