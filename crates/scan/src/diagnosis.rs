@@ -454,7 +454,13 @@ pub fn owner_per(
         )
     };
     match axis.axis {
-        Axis::None => reading(Owner::None, "nothing grows".into(), "none", "none needed"),
+        // Not "nothing grows": a growth read as the service settling has a slope of its own.
+        Axis::None => reading(
+            Owner::None,
+            "no growth to own (the axis: flat, or the service settling)".into(),
+            "none",
+            "none needed",
+        ),
         Axis::OtherProcess => {
             let child = axis
                 .processes
@@ -784,6 +790,9 @@ mod tests {
             "{}",
             passing.words
         );
+        let own = owner(&passing, None, None);
+        assert_eq!(own.owner, Owner::None);
+        assert!(own.words.contains("the service settling"), "{}", own.words);
         // The same growth failing its budget keeps its axis: the verdict needs its reason.
         let mut failing = read(&creep);
         settled(&mut failing, true);
