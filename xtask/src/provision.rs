@@ -134,9 +134,10 @@ impl Torch {
     /// the reporting.
     pub fn lab(&self, sub: &[&str], args: &[String]) -> Result<()> {
         let mut build = self.cargo();
+        // cargo's own progress, not --quiet: a cold release build takes minutes, and a terminal
+        // that shows nothing for them cannot be told from a hang.
         build.args([
             "build",
-            "--quiet",
             "--release",
             "--package",
             "leaklab-runner",
@@ -149,7 +150,14 @@ impl Torch {
         ]);
         // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it.
         build.args(["--package", "leaklab", "--bin", "leaklab"]);
+        eprintln!("leaklab: ── building the lab's binaries (release; minutes the first time)");
+        let started = std::time::Instant::now();
         run(build)?;
+        eprintln!(
+            "leaklab: ── built in {:.1} s; running `leaklab-lab {}`",
+            started.elapsed().as_secs_f64(),
+            sub.join(" ")
+        );
         let mut cmd = Command::new(workspace_root().join("target/release/leaklab-lab"));
         cmd.envs(self.env()).args(sub).args(args);
         run_as_is(cmd)

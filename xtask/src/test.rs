@@ -71,6 +71,13 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
         std::env::set_var("CARGO_INCREMENTAL", "0");
     }
     if args.is_empty() {
+        // tidy reads the dependency trees offline (`cargo tree --offline`): on a fresh machine
+        // the crates the xtask's own build fetched are not all of them.
+        steps.run("crates downloaded (cargo fetch)", || {
+            let mut fetch = torch.cargo();
+            fetch.arg("fetch");
+            run(fetch)
+        })?;
         cheap_checks(torch, promtool, steps)?;
     }
     steps.run("build (dev, every crate and test)", || {

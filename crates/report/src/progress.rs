@@ -17,6 +17,12 @@ impl Bars {
         }))
     }
 
+    /// Whether the bars are drawn: not under `quiet`, nor where stderr is not a terminal (a pipe,
+    /// a CI log), where indicatif draws nothing and a plain line must say the progress.
+    pub fn drawn(&self) -> bool {
+        !self.0.is_hidden()
+    }
+
     /// A bar counting `total` requests, named `prefix` (a variant, "scan").
     pub fn requests(&self, total: usize, prefix: &str) -> ProgressBar {
         self.0.add(

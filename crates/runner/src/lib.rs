@@ -30,8 +30,9 @@ pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) ->
     let bars = Bars::new(quiet);
     let mut runs = Vec::new();
     let mut results = Vec::new();
-    for &variant in variants {
+    for (i, &variant) in variants.iter().enumerate() {
         let bar = bars.requests(options.total_requests(), variant.name());
+        let began = Instant::now();
         let run = driver::run_variant(options, variant, &bar).await;
         let result = judge_run(&run, options);
         let msg = match (result.failure(), result.primary()) {
@@ -47,6 +48,17 @@ pub async fn run_lab(options: &RunOptions, variants: &[Variant], quiet: bool) ->
             ),
             (None, None) => "no verdict".into(),
         };
+        if !quiet && !bars.drawn() {
+            // No bar where stderr is a pipe: a line per variant, so a log never goes quiet.
+            eprintln!(
+                "leaklab: [{}/{}] {}: {msg}, {:.1} s ({:.1} s so far)",
+                i + 1,
+                variants.len(),
+                variant.name(),
+                began.elapsed().as_secs_f64(),
+                started.elapsed().as_secs_f64()
+            );
+        }
         bar.finish_with_message(msg);
         runs.push(run);
         results.push(result);
