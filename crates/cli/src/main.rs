@@ -113,9 +113,9 @@ struct WatchArgs {
     /// Memory gauges to read from --metrics (repeat), e.g. process_resident_memory_bytes.
     #[arg(long = "series", help_heading = "What to watch")]
     series: Vec<String>,
-    /// Time between two looks, e.g. 5s.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, help_heading = "How long")]
-    interval: std::time::Duration,
+    /// Time between two looks, e.g. 5s (default: chosen from --duration and the traffic, 100ms to 5s, for twice the 30 looks a verdict needs).
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "How long")]
+    interval: Option<std::time::Duration>,
     /// How long to watch at the most, e.g. 2h or 3d; Ctrl-C or SIGTERM ends it sooner with the report.
     #[arg(long, default_value = "2h", value_parser = humantime::parse_duration, help_heading = "How long")]
     duration: std::time::Duration,
@@ -615,7 +615,16 @@ fn snapshot(cmd: SnapshotCommand) -> ExitCode {
 #[derive(Args)]
 struct JudgeArgs {
     /// The request document (`leaklab_scan::judge::JudgeRequest`, docs/pytest.md), or - for stdin.
-    input: PathBuf,
+    #[arg(required_unless_present = "evidence", conflicts_with = "evidence")]
+    input: Option<PathBuf>,
+    /// Re-judge a scan's recording (the `evidence.json` beside its report) and print its report
+    /// as the scan did.
+    #[arg(long, value_name = "FILE")]
+    evidence: Option<PathBuf>,
+    /// With --evidence: write the report's files (report.md, report.json, report.html, the
+    /// plots) into this folder.
+    #[arg(long, requires = "evidence")]
+    out: Option<PathBuf>,
     /// Print the answer as JSON (the outcome, every series' verdict, the census difference and
     /// the message) instead of the message.
     #[arg(long)]
@@ -647,11 +656,20 @@ fn main() -> ExitCode {
         Command::Scan(a) => scan(*a),
         Command::Watch(a) => watch(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
-        Command::Judge(a) => finish(
-            "judge",
-            leaklab_scan::judge::judge_file(&a.input),
-            &Output::stdout(a.json),
-        ),
+        Command::Judge(a) => match (a.evidence, a.input) {
+            (Some(file), _) => finish(
+                "judge",
+                leaklab_scan::recording::Recording::read(&file).map(|r| r.judged()),
+                &a.out
+                    .map_or(Output::stdout(a.json), |dir| Output::folder(&dir, a.json)),
+            ),
+            (None, Some(input)) => finish(
+                "judge",
+                leaklab_scan::judge::judge_file(&input),
+                &Output::stdout(a.json),
+            ),
+            (None, None) => unreachable!("clap requires one of the two"),
+        },
         Command::CensusDiff(a) => finish(
             "census-diff",
             leaklab_scan::agent::diff_files(&a.before, &a.after, a.steps, &a.step, a.top),

@@ -11,6 +11,7 @@
 //! between them name the owner ([`diagnosis`]: verdict, axis, owner first). Exit codes as the
 //! scan's: 0 pass, 1 fail, 2 no verdict yet.
 
+pub mod cadence;
 pub mod diagnosis;
 pub mod judge;
 pub mod report;
@@ -39,7 +40,8 @@ pub struct WatchCommand {
     pub pid: Option<u32>,
     pub cgroup: Option<PathBuf>,
     pub gpu: bool,
-    pub interval: Duration,
+    /// `None`: chosen from the duration and the traffic ([`cadence`]).
+    pub interval: Option<Duration>,
     pub duration: Duration,
     pub warmup: u64,
     pub until_confident: bool,
@@ -162,11 +164,13 @@ impl WatchCommand {
 /// `leaklab watch`: checks the flags, opens the sources, and watches on its own runtime.
 pub fn run(cmd: WatchCommand) -> Result<WatchReport> {
     let budget = leaklab_scan::command::budget(cmd.rate, cmd.budget, cmd.fail_if_oom_within)?;
-    if cmd.interval < Duration::from_millis(10) {
-        bail!("--interval must be 10ms or more");
-    }
-    if cmd.duration < cmd.interval {
-        bail!("--duration must be at least one --interval");
+    if let Some(interval) = cmd.interval {
+        if interval < Duration::from_millis(10) {
+            bail!("--interval must be 10ms or more");
+        }
+        if cmd.duration < interval {
+            bail!("--duration must be at least one --interval");
+        }
     }
     let counter = cmd.counter()?;
     let signals = cmd.signals()?;
@@ -212,6 +216,31 @@ fn class(kind: Kind) -> &'static str {
         Kind::Host | Kind::CpuTensors => "host",
         Kind::Gpu | Kind::TorchAllocated | Kind::TorchReserved => "gpu",
         Kind::Other => "other",
+    }
+}
+
+/// What the looks say of the current run, for the next interval ([`cadence`]).
+fn seen(points: &[Point], warmup: u64) -> cadence::Seen {
+    let runs = judge::runs(points);
+    let Some(run) = runs.last() else {
+        return cadence::Seen {
+            requests: 0,
+            seconds: 0.0,
+            judged_looks: 0,
+        };
+    };
+    let (first, last) = (&run.points[0], &run.points[run.points.len() - 1]);
+    let mut counts: Vec<u64> = run
+        .points
+        .iter()
+        .map(|p| p.answered - first.answered)
+        .filter(|&x| x >= warmup)
+        .collect();
+    counts.dedup();
+    cadence::Seen {
+        requests: last.answered - first.answered,
+        seconds: last.t - first.t,
+        judged_looks: counts.len(),
     }
 }
 
@@ -324,6 +353,11 @@ async fn watch(
         Counter::Metrics { url, .. } => url.clone(),
     };
     let mut notes = Vec::new();
+    let mut cadence = cadence::Cadence::plan(cmd.interval, cmd.duration);
+    if let Some(never) = cadence.cannot_judge(cmd.duration) {
+        eprintln!("leaklab watch: {never}.");
+        notes.push(never);
+    }
     // With the agent, the census at the start, before the first look: what it costs the service
     // (its walk's memory, the allocator keeps) is then in every look, not a step among them.
     let start_census = match &sampler.counter {
@@ -347,8 +381,12 @@ async fn watch(
     }
     // Said on stderr whatever the output: the watch has begun looking.
     eprintln!(
-        "leaklab watch: the first look is taken; a look every {} for {} at the most{}",
-        report::interval(cmd.interval.as_secs_f64()),
+        "leaklab watch: the first look is taken; a look every {}{} for {} at the most{}",
+        report::interval(cadence.interval().as_secs_f64()),
+        match cadence {
+            cadence::Cadence::Chosen(_) => " (chosen from the duration, and then the traffic)",
+            cadence::Cadence::Given(_) => "",
+        },
         human_duration(cmd.duration.as_secs_f64()),
         start_census.as_ref().map_or(String::new(), |c| format!(
             " (the census at the start: {} holders, {:.2} s)",
@@ -360,9 +398,8 @@ async fn watch(
     let mut points = vec![first];
     let mut trees = vec![tree];
     let bar = progress(cmd.quiet, cmd.duration);
-    let mut clock = tokio::time::interval(cmd.interval);
-    clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    clock.tick().await; // the first tick is now: the first look is taken
+    // The next look's time: a look that ran late pushes the next one back (no burst of looks).
+    let mut next = tokio::time::Instant::now() + cadence.interval();
     let (mut missed, mut failing) = (0usize, 0usize);
     let mut runs = Vec::new();
     let stop_signal = interrupted();
@@ -370,7 +407,7 @@ async fn watch(
     let stop = loop {
         tokio::select! {
             _ = &mut stop_signal => break Stop::Interrupted,
-            _ = clock.tick() => {}
+            _ = tokio::time::sleep_until(next) => {}
         }
         let t = started.elapsed().as_secs_f64();
         match sampler.look(t, &mut notes).await {
@@ -396,6 +433,9 @@ async fn watch(
             }
         }
         runs = judge_all(&points, &sampler.kinds, &capacity, cmd.warmup, budget);
+        let left = cmd.duration.saturating_sub(started.elapsed());
+        cadence = cadence.next(left, cmd.warmup, seen(&points, cmd.warmup));
+        next = (next + cadence.interval()).max(tokio::time::Instant::now());
         bar.set_position(started.elapsed().as_secs().min(cmd.duration.as_secs()));
         bar.set_message(live_line(&runs, missed));
         if cmd.until_confident {
@@ -471,7 +511,7 @@ async fn watch(
         diagnosis,
         stop,
         seconds,
-        interval_seconds: cmd.interval.as_secs_f64(),
+        interval_seconds: cadence.interval().as_secs_f64(),
         missed_looks: missed,
         warmup: cmd.warmup,
         budget,
