@@ -160,10 +160,11 @@ mod tests {
     /// The libtorch-free side: what installs without a torch install, and the xtask, which
     /// provisions libtorch and so must build without it. Every crate is on one side or the
     /// other, so a new crate has to be placed.
-    const LIBTORCH_FREE: [&str; 12] = [
+    const LIBTORCH_FREE: [&str; 13] = [
         "leaklab-vocab",
         "leaklab-proc",
         "leaklab-detect",
+        "leaklab-judge",
         "leaklab-report",
         "leaklab-runner",
         "leaklab-client",
@@ -295,6 +296,33 @@ mod tests {
                 "{name} depends on {found:?}: ask leaklab-report for fewer features"
             );
         }
+    }
+
+    /// The judgement is a pure function of its evidence: nothing in its tree reads a process, a
+    /// file format of its own, the network, a clock-driven runtime or a GPU, nor draws.
+    #[test]
+    fn the_judge_reads_nothing_but_its_evidence() {
+        let absent = [
+            "tokio",
+            "reqwest",
+            "leaklab-proc",
+            "leaklab-snapshot",
+            "leaklab-client",
+            "nvml-wrapper",
+            "plotters",
+            "maud",
+            "indicatif",
+            "tempfile",
+        ];
+        let tree = dependency_tree("leaklab-judge");
+        let found: Vec<&str> = tree
+            .lines()
+            .filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} "))))
+            .collect();
+        assert!(
+            found.is_empty(),
+            "leaklab-judge depends on {found:?}: it takes evidence in and gives a judgement out"
+        );
     }
 
     /// The names `Probe::name` gives, each written there and nowhere else as a string of its own

@@ -482,7 +482,9 @@ mod hostile {
             notes: vec![format!(
                 "stopped reading metrics at {HOSTILE} after request 12"
             )],
+            failing_from: None,
             explained: Default::default(),
+            recording: None,
         }
     }
 

@@ -33,6 +33,29 @@ fn scan(url: &str, body: &Path, out: &Path, extra: &[&str]) -> (i32, serde_json:
     (output.status.code().unwrap_or(-1), report, stderr)
 }
 
+/// The scan's recording beside its report (`evidence.json`), re-judged by `leaklab judge
+/// --evidence`: the same exit code and the same report, to the last figure, as the live scan's.
+fn assert_rejudged_alike(out: &Path, code: i32, live: &serde_json::Value) {
+    let evidence = out.join("evidence.json");
+    let again = leaklab()
+        .args(["judge", "--json", "--evidence"])
+        .arg(&evidence)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: {}",
+            evidence.display(),
+            String::from_utf8_lossy(&again.stderr)
+        )
+    });
+    assert_eq!(again.status.code(), Some(code), "{report}");
+    assert!(
+        report == *live,
+        "re-judged differently:\n{report}\nlive:\n{live}"
+    );
+}
+
 fn series<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["series"]
         .as_array()
@@ -162,6 +185,7 @@ fn twin_scanned(variant: &str, leak: Option<Leak>) {
     flags.extend(BUDGET);
     let out = dir.path().join(variant);
     let (code, report, stderr) = scan(&format!("{}/v1/infer", service.base), &body, &out, &flags);
+    assert_rejudged_alike(&out, code, &report);
     let anon = series(&report, "anonymous");
     let rss_metric = series(&report, "process_resident_memory_bytes");
     let census = &report["census"];
@@ -739,6 +763,62 @@ fn a_service_that_dies_mid_scan_leaves_a_report_of_what_was_measured() {
     // the process gone: the signal stops before errors can reach half the answers.
     assert!(notes.contains("stopped reading process"), "{notes}");
     assert!(out.join("report.md").exists());
+}
+
+/// A service that begins answering HTTP 500 part-way through the scan (its fault injection,
+/// `LEAKLAB_FAIL_AFTER`): a fixed one is never passed, since what it answered before the failures
+/// proved no leak and the rest is a failing service's memory; a leaky one still fails on the
+/// requests answered before, with the failures in a note. On main before this rule the fixed
+/// one read PASS, exit 0, with the stop in a note.
+#[test]
+fn a_target_that_starts_failing_is_never_passed_and_a_leak_proven_before_still_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = body(dir.path());
+    let failing = |variant: &str, after: u32| {
+        let mut c = Command::new(service_exe());
+        c.env("LEAKLAB_FAIL_AFTER", format!("{variant}:{after}"))
+            .args([
+                "serve",
+                "--variant",
+                variant,
+                "--port",
+                "0",
+                "--threads",
+                "1",
+            ]);
+        Service::start(c)
+    };
+    for (variant, after, code, words) in [
+        ("refs-fixed", 120, 2, "no verdict from a failing target"),
+        ("refs-leaky", 240, 1, "the verdict is the leak proven"),
+    ] {
+        let service = failing(variant, after);
+        let out = dir.path().join(variant);
+        let pid = service.pid();
+        let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "20"];
+        flags.extend(BUDGET);
+        let (got, report, stderr) =
+            scan(&format!("{}/v1/infer", service.base), &body, &out, &flags);
+        assert_eq!(got, code, "{variant}: {report}\n{stderr}");
+        assert_rejudged_alike(&out, code, &report);
+        let from = report["failing_from"].as_u64().expect("failing_from");
+        assert!(
+            (after as u64..after as u64 + 3).contains(&from),
+            "{variant}: failing from {from}, the service fails after {after}"
+        );
+        let notes = report["notes"].to_string();
+        assert!(
+            notes.contains(&format!("the target began failing at request {from}"))
+                && notes.contains(words)
+                && notes.contains("the target is failing"),
+            "{variant}: {notes}"
+        );
+        assert!(first_error(&report).contains("HTTP 500"), "{report}");
+        assert!(
+            out.join("report.md").exists(),
+            "the report of what was measured is kept"
+        );
+    }
 }
 
 /// A listener that accepts and never answers: each request times out, and the scan says so.

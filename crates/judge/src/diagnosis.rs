@@ -10,6 +10,9 @@
 //! which process grew and whether the threads grew with the memory.
 
 use crate::agent::{CensusDiff, Collector};
+pub use crate::thresholds::{
+    GIVEN_BACK_SHARE, PYTHON_SHARE, REPEAT_SHARE, SETTLED_GIVEN_BACK_SHARE, SETTLED_SHARE,
+};
 use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::{NoisyJudgement, Slope, Verdict};
 use leaklab_report::{human_bytes, signed_bytes};
@@ -109,21 +112,6 @@ pub struct AxisReading {
     /// The axis in a sentence, with its figures.
     pub words: String,
 }
-
-/// Repeats that grow, at the most of their bound (Theil–Sen's, or their rise's where tighter:
-/// [`NoisyJudgement::rise_high`]), less than this share of what new inputs add (and are not a
-/// leak themselves) make the growth per new input: most of it follows new inputs.
-pub const REPEAT_SHARE: f64 = 0.5;
-
-/// The share of the memory under which a growth is read as the service settling: see [`settled`].
-pub const SETTLED_SHARE: f64 = 0.01;
-
-/// A plateau under this share of the memory that the trim probe shows was free memory the
-/// allocator kept is the service settling too (see [`given_back`]). A zoo fixed twin under CI's
-/// load rose 3.88 MB (1.1 % of ~350 MB) and its allocator returned 18.2 MB, where the same twin
-/// holds 10-19 MB free in every run, flat or not (16 runs); the smallest given-back cause
-/// measured rose 1.53 % (glibc's arenas, 9.6 MB).
-pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
 
 /// Threads added over the judged requests that count as "the threads grow": at least 8, and one
 /// per 20 requests (a pool that starts a few workers lazily adds fewer).
@@ -289,15 +277,6 @@ pub fn settled(axis: &mut AxisReading, fails: bool) {
     axis.bounded = false;
 }
 
-/// How many times a bounded rise the allocator must return when asked for the growth to count
-/// as given back. The probe runs at the scan's end and returns every free byte the allocator
-/// kept, the warm-up's and the looks' as well as the judged requests', so a cache that churns
-/// returns about its own rise; memory nothing holds returns far more. Measured on the zoo
-/// (five runs each, 2026-12-05): a capped per-shape cache returned 0.99 to 1.16 times its judged
-/// rise, oneDNN's default cache 0.68 to 0.93 times (the axis, per new input, stands), glibc's
-/// arenas on pool threads 8.7 to 11 times.
-pub const GIVEN_BACK_SHARE: f64 = 2.0;
-
 /// A growth that stopped, all of which the trim probe's `malloc_trim(0)` returned, is the
 /// allocator keeping free memory (glibc's arenas), not a holder: the axis becomes `given-back`;
 /// under [`SETTLED_GIVEN_BACK_SHARE`] of the memory, the service settling: no axis.
@@ -392,10 +371,6 @@ pub struct OwnerReading {
 
 /// The census's kind for tensors it reached from no Python referrer (leaklab/_unreached.py).
 pub const NATIVE_KIND: &str = "native";
-
-/// The smallest share of the growth a census must hold for the owner to be Python: a holder
-/// of less than a quarter is beside the point (the rest is elsewhere).
-pub const PYTHON_SHARE: f64 = 0.25;
 
 /// Whether Python owns a growth of which the census holds `share`, its top holder having gained
 /// `tensors_per_step` tensors a request (or call): a quarter of the bytes, or an eighth where
@@ -596,7 +571,7 @@ mod tests {
             })
             .collect();
         let mut config = NoisyConfig::new(0);
-        config.quantum_bytes = crate::HOST_NOISE_FLOOR;
+        config.quantum_bytes = crate::thresholds::HOST_NOISE_FLOOR;
         judge_noisy(&s, &config).unwrap()
     }
 

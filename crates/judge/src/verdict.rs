@@ -1,7 +1,7 @@
 //! From each series' noisy judgement to the answer an operator acts on: how long until the
 //! memory runs out at the expected request rate, against a budget, and which memory it is.
 
-use crate::signals::Kind;
+use crate::evidence::Kind;
 pub use leaklab_detect::budget::{ops, seconds_to_oom, unbudgeted, Budget, Named, Ops};
 use leaklab_detect::Verdict;
 

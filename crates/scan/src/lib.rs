@@ -11,16 +11,17 @@
 
 pub mod agent;
 pub mod command;
-pub mod diagnosis;
 pub mod judge;
 pub mod load;
+pub mod recording;
 pub mod report;
 pub mod signals;
 pub mod tree;
-pub mod verdict;
 
 use anyhow::{bail, Context, Result};
-use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample};
+use leaklab_detect::Sample;
+use leaklab_judge::evidence::{self, Evidence};
+pub use leaklab_judge::{diagnosis, verdict, SeriesResult};
 use serde::{Deserialize, Serialize};
 use signals::{Kind, Signal};
 use std::collections::BTreeMap;
@@ -152,20 +153,6 @@ pub struct ScanOptions {
     pub native: bool,
 }
 
-/// One series: its samples, its judgement and its ops verdict.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SeriesResult {
-    pub series: String,
-    pub kind: Kind,
-    pub samples: Vec<Sample>,
-    /// `None` when it could not be judged (too few samples), with the reason.
-    pub judgement: Option<NoisyJudgement>,
-    pub why_not_judged: Option<String>,
-    pub capacity_bytes: Option<u64>,
-    pub seconds_to_oom: Option<f64>,
-    pub ops: Option<Ops>,
-}
-
 pub use leaklab_report::Outcome;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -196,10 +183,19 @@ pub struct ScanReport {
     pub census: Option<agent::CensusDiff>,
     /// Why the scan stopped early, or a signal was dropped: said plainly, kept in the report.
     pub notes: Vec<String>,
+    /// The request at which the target began to fail, where the scan stopped for its failures
+    /// (errors past `--max-error-ratio`, or the process gone): the series are judged on the
+    /// requests answered before it, and only a leak proven there gives a verdict.
+    #[serde(default)]
+    pub failing_from: Option<u64>,
     /// The diagnosis beyond the slope: the axis, the owner, the mechanism and the fix, and the
     /// process state behind them (their fields sit at the JSON's top level).
     #[serde(default, flatten)]
     pub explained: Explained,
+    /// Everything the judgement read, written beside the report as `evidence.json`
+    /// (`leaklab judge --evidence` re-judges it).
+    #[serde(skip)]
+    pub recording: Option<recording::Recording>,
 }
 
 /// What the scan measured beyond the slope ([`diagnosis`]): each part absent where the scan
@@ -316,7 +312,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             }
         }
     }
-    state.settle(first);
+    state.settle(0, first);
     state.sample(options, 0).await;
     let mut target = options.warmup + options.requests;
     let progress = Progress::new(target, options.quiet);
@@ -335,7 +331,11 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         if !options.until_confident || target >= options.max_requests {
             break;
         }
-        let interim = judge_all(&state, options, rate(sent, started));
+        let interim = leaklab_judge::judge_series(
+            &state.evidence(options, rate(sent, started)),
+            options.budget,
+            None,
+        );
         if interim.iter().all(|s| s.ops.is_none_or(Ops::confident)) {
             break;
         }
@@ -349,9 +349,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     // are sent again (not judged), and the two slopes compared.
     let inputs = inputs_of(&options.target, sent);
     let judged_sent = sent;
-    let interim = judge_all(&state, options, measured);
-    let growing =
-        axis_series(&interim).is_some_and(|(_, j)| j.verdict != leaklab_detect::Verdict::Flat);
+    let interim =
+        leaklab_judge::judge_series(&state.evidence(options, measured), options.budget, None);
+    let growing = leaklab_judge::axis_series(&interim)
+        .is_some_and(|(_, j)| j.verdict != leaklab_detect::Verdict::Flat);
     state.phase = Phase::Unjudged;
     if growing && inputs == diagnosis::Inputs::New && !stopped {
         let count = (options.requests / 2).max(MIN_REPEATS);
@@ -421,26 +422,6 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .error_note(*status, body, &options.http.headers),
         );
     }
-    let series = judge_all(&state, options, measured);
-    let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
-        Outcome::Fail
-    } else if series.iter().any(|s| s.judgement.is_some()) {
-        Outcome::Pass
-    } else {
-        Outcome::CannotJudge
-    };
-    let mut diagnosis = verdict::diagnose(
-        &series
-            .iter()
-            .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
-            .collect::<Vec<_>>(),
-        census.is_some(),
-    );
-    if let Some(top) = census.as_ref().and_then(|c| c.lines(1, "request").pop()) {
-        diagnosis.push_str(&format!(
-            " The agent's census names the holder that grew most: {top}."
-        ));
-    }
     let mut explained = Explained::default();
     if let Some(base) = &options.agent_url {
         match agent::stats(&client, base).await {
@@ -464,90 +445,41 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     } else if options.trim || options.native {
         state.notes.push("--trim and --native ask the agent inside the service: give --agent too (docs/agent.md)".into());
     }
-    if let Some((deciding, judged)) = axis_series(&series) {
-        let name = deciding.series.as_str();
-        let repeats = state.repeats.get(name).and_then(|samples| {
-            // The first tenth of the repeats is not judged: what the last new inputs left
-            // settles there (a repeat phase judged from its first request read onnxruntime's
-            // arena at +5.09 kB a repeat, bound 3.04 to 7.14 kB, where it reads ±3.1 kB).
-            let mut config = NoisyConfig::new(samples.len() / 10);
-            if deciding.kind == Kind::Host {
-                config.quantum_bytes = config.quantum_bytes.max(HOST_NOISE_FLOOR);
-            }
-            judge_noisy(samples, &config).ok()
-        });
-        let (processes, threads) = match options.signals.iter().find_map(|s| match s {
-            Signal::Process { pid } => Some(*pid),
-            _ => None,
-        }) {
-            Some(root) => tree::judge(root, &state.tree, options.warmup as u64, HOST_NOISE_FLOOR),
-            None => (Vec::new(), None),
-        };
-        let distinct = match inputs {
+    // Everything measured, handed to the judge as one document, and kept beside the report.
+    let evidence = Evidence {
+        failing_from: state.failing_from(),
+        inputs,
+        distinct_inputs: match inputs {
             diagnosis::Inputs::New if options.target.vary.is_some() => judged_sent,
             _ => options.target.bodies.len().max(1),
-        };
-        let axis = diagnosis::axis(
-            name,
-            judged,
-            inputs,
-            distinct,
-            repeats.as_ref(),
-            threads,
-            processes,
-        );
-        let mut axis = axis;
-        if let (Some(r), Some(samples)) = (axis.repeats.as_mut(), state.repeats.get(name)) {
-            r.requests = samples.len();
-        }
-        diagnosis::settled(&mut axis, deciding.ops.is_some_and(Ops::fails));
-        if let Some(t) = &explained.trim {
-            diagnosis::given_back(&mut axis, t);
-        }
-        let mut owner = diagnosis::owner(&axis, census.as_ref(), explained.collector.as_ref());
-        if let Some(native) = &explained.native {
-            if let Some(h) = native.holders.first() {
-                owner.mechanism = format!(
-                    "{} (the native trace: {} live under its frames)",
-                    h.title,
-                    leaklab_report::human_bytes(h.bytes as f64)
-                );
-                owner.fix = if h.knobs.is_empty() {
-                    h.fix.clone()
-                } else {
-                    format!("{} ({})", h.fix, h.knobs.join(", "))
-                };
-            } else if let Some(line) = native.stack_lines(1).pop() {
-                owner.mechanism = format!("an unknown native holder: {line}");
-            }
-        }
-        if let Some(t) = &explained.trim {
-            owner
-                .findings
-                .extend(t.findings.iter().map(|f| format!("trim probe: {f}")));
-        }
-        explained.axis = Some(axis);
-        explained.owner = Some(owner);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(ScanReport {
+        },
+        tree: options.signals.iter().find_map(|s| match s {
+            Signal::Process { pid } => Some(evidence::Tree {
+                root: *pid,
+                looks: state.tree.iter().map(|(x, r)| (*x, r.look())).collect(),
+                commands: tree::commands(&state.tree),
+            }),
+            _ => None,
+        }),
+        census: census.clone(),
+        collector: explained.collector.clone(),
+        trim: explained.trim.clone(),
+        native: explained.native.clone(),
+        ..state.evidence(options, measured)
+    };
+    let recording = recording::Recording {
+        evidence,
         url: options.target.url.clone(),
-        outcome,
-        diagnosis,
         requests_sent: sent,
         looked_requests,
-        warmup: options.warmup,
         errors: state.errors.values().sum(),
-        error_kinds: state.errors,
-        seconds,
-        requests_per_second_measured: measured,
+        error_kinds: state.errors.clone(),
+        seconds: started.elapsed().as_secs_f64(),
         budget: options.budget,
-        series,
         who_holds,
-        census,
-        notes: state.notes,
-        explained,
-    })
+        notes: state.notes.clone(),
+    };
+    Ok(recording.judged())
 }
 
 /// Requests sent again in the repeat phase, at the least (the detector judges 30 samples).
@@ -566,33 +498,6 @@ fn inputs_of(target: &Target, sent: usize) -> diagnosis::Inputs {
     } else {
         diagnosis::Inputs::Cycled
     }
-}
-
-/// The series the axis is read from: the first that fails, else the steepest that is not flat,
-/// else the steepest (flat: its axis is none, unless a child process grows on its own).
-fn axis_series(
-    series: &[SeriesResult],
-) -> Option<(&SeriesResult, &leaklab_detect::NoisyJudgement)> {
-    let judged = || {
-        series
-            .iter()
-            .filter_map(|s| Some((s, s.judgement.as_ref()?)))
-    };
-    judged()
-        .find(|(s, _)| s.ops.is_some_and(Ops::fails))
-        .or_else(|| {
-            let steepest =
-                |a: &(&SeriesResult, &leaklab_detect::NoisyJudgement),
-                 b: &(&SeriesResult, &leaklab_detect::NoisyJudgement)| {
-                    a.1.slope
-                        .bytes_per_request
-                        .total_cmp(&b.1.slope.bytes_per_request)
-                };
-            judged()
-                .filter(|(_, j)| j.verdict != leaklab_detect::Verdict::Flat)
-                .max_by(steepest)
-                .or_else(|| judged().max_by(steepest))
-        })
 }
 
 /// Requests the native trace's window spans: enough for a cache's growth to show, few enough
@@ -768,6 +673,12 @@ struct State {
     tree: Vec<(u64, tree::TreeReading)>,
     /// The first answer that was not a success: its status and the start of its body.
     first_error: Option<(u16, Vec<u8>)>,
+    /// The first request whose answer was an error (a status or a transport error).
+    first_error_at: Option<u64>,
+    /// The last request after which the signals were read, where all of them stopped.
+    signals_lost_after: Option<u64>,
+    /// The scan stopped because the target failed: too many errors, or nothing left to read.
+    target_failed: bool,
 }
 
 /// The phases of a scan's requests.
@@ -794,8 +705,56 @@ impl State {
         }
     }
 
-    fn settle(&mut self, result: Result<Answer>) {
+    /// The evidence so far: the series with their capacities, the repeats, the settings; the
+    /// tree, the looks inside and the probes are the scan's end's to add.
+    fn evidence(&self, options: &ScanOptions, measured: f64) -> Evidence {
+        Evidence {
+            schema: evidence::SCHEMA.to_string(),
+            warmup: options.warmup,
+            requests_per_second: measured,
+            inputs: diagnosis::Inputs::Same,
+            distinct_inputs: 1,
+            series: self
+                .series
+                .iter()
+                .map(|(name, (kind, samples))| evidence::Series {
+                    name: name.clone(),
+                    kind: *kind,
+                    samples: samples.clone(),
+                    capacity_bytes: capacity_for(*kind, options),
+                })
+                .collect(),
+            repeats: self.repeats.clone(),
+            tree: None,
+            failing_from: None,
+            census: None,
+            collector: None,
+            trim: None,
+            native: None,
+        }
+    }
+
+    /// Where the target began to fail, if the scan stopped for it: its first error answer, or
+    /// the request after which nothing could be read any more, whichever came first.
+    fn failing_from(&self) -> Option<u64> {
+        if !self.target_failed {
+            return None;
+        }
+        let lost = self.signals_lost_after.map(|x| x + 1);
+        self.first_error_at.into_iter().chain(lost).min()
+    }
+
+    fn settle(&mut self, index: u64, result: Result<Answer>) {
         self.answered += 1;
+        if !matches!(
+            result,
+            Ok(Answer {
+                error_body: None,
+                ..
+            })
+        ) {
+            self.first_error_at = Some(self.first_error_at.map_or(index, |e| e.min(index)));
+        }
         match result {
             Ok(Answer {
                 status,
@@ -840,6 +799,9 @@ impl State {
                 }
                 Err(e) => {
                     self.dead_signals.push(i);
+                    if self.dead_signals.len() == options.signals.len() {
+                        self.signals_lost_after = Some(x);
+                    }
                     self.notes.push(format!(
                         "stopped reading {} after request {x}: {e:#}; its samples so far are kept",
                         signal.describe()
@@ -922,7 +884,7 @@ async fn drive(
             break;
         };
         let Ok((index, result)) = done else { continue };
-        state.settle(result);
+        state.settle(index, result);
         if state.phase != Phase::Unjudged {
             state.sample(options, index).await;
         }
@@ -933,69 +895,19 @@ async fn drive(
             && errors as f64 > options.max_error_ratio * state.answered as f64
         {
             stop = Some(format!("{errors} of {} answers were errors ({:?}): the target is failing; the scan stopped and kept what it measured", state.answered, state.errors));
+            state.target_failed = true;
         }
         if stop.is_none() && state.dead_signals.len() == options.signals.len() {
             stop = Some("no signal can be read any more (the process exited?)".into());
+            state.target_failed = true;
         }
     }
     stop
 }
 
-/// The least noise a host-memory series (RSS, anonymous memory, a cgroup's, an RSS gauge) is
-/// judged against, as the pytest plugin judges anonymous memory: heaps move in glibc's top pad
-/// (128 KiB), pymalloc's arenas and first-touched pages of buffers allocated ahead, so a fixed
-/// service creeps by hundreds of bytes a request for a while. Measured on the README's fixed
-/// app (3 scans of 600 requests, no budget): with a page as the floor the slope's lower bound
-/// reached +26 B a request (a plateau only because its tail stopped), at 64 KiB every lower
-/// bound was -614 B or below; the smallest leak of docs/scan.md (2 kB of tensors a request, 5.9
-/// to 8.1 kB from outside) still read `leak` over 200 judged requests (lower bounds 3.9 and
-/// 6.0 kB, 2 runs), and the README's 7.1 kB one with a lower bound of 6.5 kB.
-pub const HOST_NOISE_FLOOR: f64 = 64.0 * 1024.0;
+pub use leaklab_judge::thresholds::HOST_NOISE_FLOOR;
 
 /// Requests a second the scan drove so far: the rate of the time to OOM without a budget.
 fn rate(sent: usize, started: Instant) -> f64 {
     sent as f64 / started.elapsed().as_secs_f64().max(1e-9)
-}
-
-/// Every series judged; `measured`: the requests a second the scan drove.
-fn judge_all(state: &State, options: &ScanOptions, measured: f64) -> Vec<SeriesResult> {
-    state
-        .series
-        .iter()
-        .map(|(name, (kind, samples))| {
-            let mut config = NoisyConfig::new(options.warmup);
-            if *kind == Kind::Host {
-                config.quantum_bytes = config.quantum_bytes.max(HOST_NOISE_FLOOR);
-            }
-            let capacity = capacity_for(*kind, options);
-            match judge_noisy(samples, &config) {
-                Ok(j) => {
-                    let (ops, seconds) = match options.budget {
-                        Some(budget) => verdict::ops(&j, capacity, budget),
-                        None => verdict::unbudgeted(&j, capacity, measured),
-                    };
-                    SeriesResult {
-                        series: name.clone(),
-                        kind: *kind,
-                        samples: samples.clone(),
-                        judgement: Some(j),
-                        why_not_judged: None,
-                        capacity_bytes: capacity,
-                        seconds_to_oom: seconds,
-                        ops: Some(ops),
-                    }
-                }
-                Err(e) => SeriesResult {
-                    series: name.clone(),
-                    kind: *kind,
-                    samples: samples.clone(),
-                    judgement: None,
-                    why_not_judged: Some(e.to_string()),
-                    capacity_bytes: capacity,
-                    seconds_to_oom: None,
-                    ops: None,
-                },
-            }
-        })
-        .collect()
 }

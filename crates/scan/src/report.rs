@@ -147,6 +147,10 @@ impl ScanReport {
             (Outcome::Pass, None) => ("PASS", "no leak proven"),
             (Outcome::Fail, Some(_)) => ("FAIL", "memory runs out within the budget"),
             (Outcome::Fail, None) => ("FAIL", "a leak is proven"),
+            (Outcome::CannotJudge, _) if self.failing_from.is_some() => (
+                "CANNOT JUDGE",
+                "the target failed, and no leak was proven before it did",
+            ),
             (Outcome::CannotJudge, _) => ("CANNOT JUDGE", "too little to go on"),
         }
     }
@@ -424,9 +428,17 @@ impl Report for ScanReport {
         for (_, chart) in self.charts() {
             files.extend(chart.files()?);
         }
+        if let Some(recording) = &self.recording {
+            // What the judgement read, to re-judge with `leaklab judge --evidence`.
+            let json = serde_json::to_vec(recording).expect("a recording serialises");
+            files.push(Attachment::new(EVIDENCE_FILE, json));
+        }
         Ok(files)
     }
 }
+
+/// The recording's name in the report's folder.
+pub const EVIDENCE_FILE: &str = "evidence.json";
 
 /// A file name for a series (metric selectors carry braces and quotes).
 pub fn file_name(series: &str) -> String {

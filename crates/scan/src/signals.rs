@@ -6,27 +6,9 @@ use crate::tree::TreeReading;
 use anyhow::{anyhow, bail, Context, Result};
 use leaklab_proc::Cgroup;
 use leaklab_vocab::Probe;
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// What kind of memory a series measures: decides its capacity and the diagnosis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// Host memory of the process tree or container.
-    Host,
-    /// GPU memory as the driver sees it (NVML).
-    Gpu,
-    /// Bytes held by live tensors (`torch.cuda.memory_allocated()`).
-    TorchAllocated,
-    /// Bytes held by live CPU tensors, counted exactly (leaklab's `cpu_allocator_live` probe):
-    /// tensors kept alive, in host memory.
-    CpuTensors,
-    /// Bytes the caching allocator holds (`torch.cuda.memory_reserved()`).
-    TorchReserved,
-    /// Any other gauge the user named.
-    Other,
-}
+pub use leaklab_judge::evidence::Kind;
 
 /// One reading of one series.
 #[derive(Debug, Clone, PartialEq)]

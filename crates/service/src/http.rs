@@ -84,6 +84,9 @@ pub struct HttpConfig {
     /// Fault injection for the lab's own tests: abort the process after this many requests,
     /// as a crash would (set through `LEAKLAB_CRASH_AFTER=<variant>:<n>`).
     pub crash_after: Option<u64>,
+    /// Fault injection for the lab's own tests: answer HTTP 500 to every request after this
+    /// many, each still run (set through `LEAKLAB_FAIL_AFTER=<variant>:<n>`).
+    pub fail_after: Option<u64>,
 }
 
 impl HttpConfig {
@@ -99,6 +102,7 @@ impl HttpConfig {
             process_probe_every: 10,
             memory_budget_bytes: None,
             crash_after: None,
+            fail_after: None,
         }
     }
 
@@ -289,10 +293,11 @@ async fn run_infer<H: Handler>(
             ));
         }
     }
-    let (capacity, every, crash_after) = (
+    let (capacity, every, crash_after, fail_after) = (
         app.config.sample_log_capacity,
         app.config.process_probe_every.max(1),
         app.config.crash_after,
+        app.config.fail_after,
     );
     let (result, sample) = tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -302,6 +307,10 @@ async fn run_infer<H: Handler>(
             eprintln!("leaklab-service: crashing on purpose after {requests} requests (LEAKLAB_CRASH_AFTER)");
             std::process::abort();
         }
+        let result = match fail_after {
+            Some(n) if requests > n => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("failing on purpose after {n} requests (LEAKLAB_FAIL_AFTER)"))),
+            _ => result,
+        };
         let latency_us = started.elapsed().as_micros() as u64;
         let depth = if requests % every == 0 { SampleDepth::Full } else { SampleDepth::Allocators };
         let sample = worker.handler.sample(latency_us, depth);

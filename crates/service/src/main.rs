@@ -109,6 +109,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     config.http.request_timeout = Duration::from_secs(args.timeout_secs);
     config.http.memory_budget_bytes = args.memory_budget;
     config.http.crash_after = leaklab_service::fault::crash_after(args.variant)?;
+    config.http.fail_after = leaklab_service::fault::fail_after(args.variant)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

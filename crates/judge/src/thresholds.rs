@@ -1,0 +1,43 @@
+//! Every threshold the judgement applies, in one place. Each was set by hand from readings of
+//! the zoo and the lab (the line above each says which), not yet from a corpus of recordings
+//! with their truth: that corpus, and each threshold re-derived from its calibration split by a
+//! stated statistic, is the next step of the judge (docs/architecture.md, `leaklab-judge`).
+
+/// The least noise a host-memory series (RSS, anonymous memory, a cgroup's, an RSS gauge) is
+/// judged against, as the pytest plugin judges anonymous memory: heaps move in glibc's top pad
+/// (128 KiB), pymalloc's arenas and first-touched pages of buffers allocated ahead, so a fixed
+/// service creeps by hundreds of bytes a request for a while. Measured on the README's fixed
+/// app (3 scans of 600 requests, no budget): with a page as the floor the slope's lower bound
+/// reached +26 B a request (a plateau only because its tail stopped), at 64 KiB every lower
+/// bound was -614 B or below; the smallest leak of docs/scan.md (2 kB of tensors a request, 5.9
+/// to 8.1 kB from outside) still read `leak` over 200 judged requests (lower bounds 3.9 and
+/// 6.0 kB, 2 runs), and the README's 7.1 kB one with a lower bound of 6.5 kB.
+pub const HOST_NOISE_FLOOR: f64 = 64.0 * 1024.0;
+
+/// Repeats that grow, at the most of their bound (Theil–Sen's, or their rise's where tighter:
+/// [`leaklab_detect::NoisyJudgement::rise_high`]), less than this share of what new inputs add (and are not a
+/// leak themselves) make the growth per new input: most of it follows new inputs.
+pub const REPEAT_SHARE: f64 = 0.5;
+
+/// The share of the memory under which a growth is read as the service settling: see [`crate::diagnosis::settled`].
+pub const SETTLED_SHARE: f64 = 0.01;
+
+/// A plateau under this share of the memory that the trim probe shows was free memory the
+/// allocator kept is the service settling too (see [`crate::diagnosis::given_back`]). A zoo fixed twin under CI's
+/// load rose 3.88 MB (1.1 % of ~350 MB) and its allocator returned 18.2 MB, where the same twin
+/// holds 10-19 MB free in every run, flat or not (16 runs); the smallest given-back cause
+/// measured rose 1.53 % (glibc's arenas, 9.6 MB).
+pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
+
+/// How many times a bounded rise the allocator must return when asked for the growth to count
+/// as given back. The probe runs at the scan's end and returns every free byte the allocator
+/// kept, the warm-up's and the looks' as well as the judged requests', so a cache that churns
+/// returns about its own rise; memory nothing holds returns far more. Measured on the zoo
+/// (five runs each, 2026-12-05): a capped per-shape cache returned 0.99 to 1.16 times its judged
+/// rise, oneDNN's default cache 0.68 to 0.93 times (the axis, per new input, stands), glibc's
+/// arenas on pool threads 8.7 to 11 times.
+pub const GIVEN_BACK_SHARE: f64 = 2.0;
+
+/// The smallest share of the growth a census must hold for the owner to be Python: a holder
+/// of less than a quarter is beside the point (the rest is elsewhere).
+pub const PYTHON_SHARE: f64 = 0.25;
