@@ -286,16 +286,21 @@ mod tests {
             ),
             ("leaklab-fleet", &["plotters", "image"][..]),
         ] {
-            let tree = dependency_tree(name);
-            let found: Vec<&str> = tree
-                .lines()
-                .filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} "))))
-                .collect();
+            let found = found_in_tree(name, absent);
             assert!(
                 found.is_empty(),
                 "{name} depends on {found:?}: ask leaklab-report for fewer features"
             );
         }
+    }
+
+    /// The crates of `absent` found in `name`'s dependency tree.
+    fn found_in_tree(name: &str, absent: &[&str]) -> Vec<String> {
+        dependency_tree(name)
+            .lines()
+            .filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} "))))
+            .map(str::to_string)
+            .collect()
     }
 
     /// The judgement is a pure function of its evidence: nothing in its tree reads a process, a
@@ -314,11 +319,7 @@ mod tests {
             "indicatif",
             "tempfile",
         ];
-        let tree = dependency_tree("leaklab-judge");
-        let found: Vec<&str> = tree
-            .lines()
-            .filter(|l| absent.iter().any(|a| l.starts_with(&format!("{a} "))))
-            .collect();
+        let found = found_in_tree("leaklab-judge", &absent);
         assert!(
             found.is_empty(),
             "leaklab-judge depends on {found:?}: it takes evidence in and gives a judgement out"

@@ -246,3 +246,93 @@ fn explain(
     }
     (axis, owner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evidence::Series;
+
+    /// A host series of `n` samples from 300 MB, `per_request` bytes a request, with a wobble
+    /// of 32 kB (under the host floor) so the noise is not zero.
+    fn evidence(per_request: i64, n: u64, failing_from: Option<u64>) -> Evidence {
+        let samples = (0..n)
+            .map(|x| {
+                let wobble = if x % 3 == 0 { 32_768 } else { 0 };
+                (x, 300_000_000 + per_request * x as i64 + wobble)
+            })
+            .collect();
+        Evidence {
+            schema: evidence::SCHEMA.to_string(),
+            warmup: 20,
+            requests_per_second: 50.0,
+            inputs: diagnosis::Inputs::Same,
+            distinct_inputs: 1,
+            series: vec![Series {
+                name: "anonymous".into(),
+                kind: Kind::Host,
+                samples,
+                capacity_bytes: Some(8 << 30),
+            }],
+            repeats: Default::default(),
+            tree: None,
+            failing_from,
+            census: None,
+            collector: None,
+            trim: None,
+            native: None,
+        }
+    }
+
+    #[test]
+    fn a_failing_target_is_never_passed_and_a_leak_proven_before_its_failures_still_fails() {
+        let flat = judge(&evidence(0, 300, None), None);
+        assert_eq!(
+            flat.outcome,
+            Outcome::Pass,
+            "{:?}",
+            flat.series[0].judgement
+        );
+        assert!(flat.notes.is_empty());
+        let failed = judge(&evidence(0, 300, Some(150)), None);
+        assert_eq!(failed.outcome, Outcome::CannotJudge);
+        assert!(
+            failed.notes[0].starts_with("the target began failing at request 150: no verdict")
+                && failed.notes[0].contains("the 130 judged requests"),
+            "{:?}",
+            failed.notes
+        );
+        // Judged on the samples before the failures, and every sample kept.
+        assert_eq!(failed.series[0].judgement.as_ref().unwrap().samples, 130);
+        assert_eq!(failed.series[0].samples.len(), 300);
+        let leak = judge(&evidence(200_000, 300, Some(150)), None);
+        assert_eq!(leak.outcome, Outcome::Fail);
+        assert!(
+            leak.notes[0].contains("the verdict is the leak proven"),
+            "{:?}",
+            leak.notes
+        );
+        // Failing from within the warm-up: nothing judged, nothing proven.
+        let early = judge(&evidence(200_000, 300, Some(30)), None);
+        assert_eq!(early.outcome, Outcome::CannotJudge);
+        assert!(early.series[0].judgement.is_none());
+    }
+
+    #[test]
+    fn a_recording_read_back_is_judged_exactly_as_it_was() {
+        let recorded = evidence(3_000, 600, None);
+        let json = serde_json::to_string(&recorded).unwrap();
+        let read: Evidence = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, recorded);
+        let (a, b) = (judge(&recorded, None), judge(&read, None));
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&b).unwrap()
+        );
+        assert!(
+            evidence::check_schema(Some(&serde_json::json!("leaklab.evidence/9")))
+                .unwrap_err()
+                .to_string()
+                .contains("where this judge reads leaklab.evidence/1")
+        );
+    }
+}
