@@ -9,6 +9,7 @@
 mod apt;
 mod bench;
 mod bundle;
+mod corpus;
 mod lab;
 mod process;
 mod provision;
@@ -44,6 +45,10 @@ Tasks:
                  on CPU).
   wheel          Build the pip-installable wheel (the `leaklab` binary and the Python package)
                  into target/wheels/.
+  record-corpus  Record the judge's corpus (lab/corpus/recordings): every subject of
+                 lab/corpus/subjects.py under every regime, scanned live (tens of minutes).
+  judge-bench    The judge's false alarms and sensitivity on the corpus, calibration and
+                 validation side by side; `--write` puts the table into docs/benchmarks.md.
   env            Print where libtorch comes from and the environment every cargo command gets.
 ";
 
@@ -75,6 +80,8 @@ fn main() -> Result<()> {
         "soak" => soak::run_all(&torch()?, &passthrough(&mut parser)?),
         "bench" => bench::run_all(&torch()?, &passthrough(&mut parser)?),
         "lab" => lab::run(&torch()?, &passthrough(&mut parser)?),
+        "record-corpus" => corpus::record(&torch()?, &passthrough(&mut parser)?),
+        "judge-bench" => corpus::bench(&torch()?, &passthrough(&mut parser)?),
         "device-bundle" => {
             let args = bundle::BundleArgs::parse(&mut parser)?;
             bundle::run(&torch()?, &args)

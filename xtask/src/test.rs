@@ -179,6 +179,8 @@ type Check<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
 fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> {
     let package = workspace_root().join("crates/cli/python");
     let zoo = workspace_root().join("lab/zoo");
+    // The judge's corpus: its subjects and its recorder.
+    let corpus = workspace_root().join("lab/corpus");
     // The twin and the lab's other Python: linted, not yet formatted by ruff.
     let lab_python = workspace_root().join("lab/python");
     let python = || torch.python_command("the Python package's checks");
@@ -198,8 +200,11 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
                 ruff.args(["-m", "ruff", "check"])
                     .arg(&package)
                     .arg(&zoo)
+                    .arg(&corpus)
                     .arg(&lab_python);
-                run(ruff).context("ruff finds problems in crates/cli/python, lab/zoo or lab/python")
+                run(ruff).context(
+                    "ruff finds problems in crates/cli/python, lab/zoo, lab/corpus or lab/python",
+                )
             }),
         ),
         (
@@ -209,8 +214,11 @@ fn cheap_checks(torch: &Torch, promtool: bool, steps: &mut Steps) -> Result<()> 
                 format
                     .args(["-m", "ruff", "format", "--check"])
                     .arg(&package)
-                    .arg(&zoo);
-                run(format).context("not formatted: run `ruff format crates/cli/python lab/zoo`")
+                    .arg(&zoo)
+                    .arg(&corpus);
+                run(format).context(
+                    "not formatted: run `ruff format crates/cli/python lab/zoo lab/corpus`",
+                )
             }),
         ),
         (

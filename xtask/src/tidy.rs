@@ -368,7 +368,7 @@ mod tests {
     /// The xtask's modules: one per task, over helpers. A task imports helpers only, so each
     /// task can be read (and changed) alone; `wheel` and `bundle` build the two shipped
     /// artifacts, which their own commands and `test` (CI) share, so they are helpers too.
-    const XTASK_TASKS: [&str; 6] = ["run_lab", "test", "bench", "soak", "serve", "lab"];
+    const XTASK_TASKS: [&str; 7] = ["run_lab", "test", "bench", "soak", "serve", "lab", "corpus"];
     const XTASK_HELPERS: [&str; 5] = ["provision", "process", "apt", "wheel", "bundle"];
 
     #[test]

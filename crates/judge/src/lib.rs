@@ -46,12 +46,28 @@ pub struct Judgement {
     pub notes: Vec<String>,
 }
 
+/// The thresholds a judgement applies that its calibration varies: each the constant of
+/// [`thresholds`] unless a calibration re-derives it ([`judge_with`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// The least noise host memory is judged against ([`thresholds::HOST_NOISE_FLOOR`]).
+    pub host_noise_floor: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        Thresholds {
+            host_noise_floor: thresholds::HOST_NOISE_FLOOR,
+        }
+    }
+}
+
 /// The noise configuration of a series of `kind`, its first `warmup` samples skipped: host
-/// memory moves in allocator steps, so its noise is at least [`thresholds::HOST_NOISE_FLOOR`].
-pub fn noisy_config(kind: Kind, warmup: usize) -> NoisyConfig {
+/// memory moves in allocator steps, so its noise is at least the host noise floor.
+pub fn noisy_config(kind: Kind, warmup: usize, t: &Thresholds) -> NoisyConfig {
     let mut config = NoisyConfig::new(warmup);
     if kind == Kind::Host {
-        config.quantum_bytes = config.quantum_bytes.max(thresholds::HOST_NOISE_FLOOR);
+        config.quantum_bytes = config.quantum_bytes.max(t.host_noise_floor);
     }
     config
 }
@@ -64,11 +80,20 @@ pub fn judge_series(
     budget: Option<Budget>,
     before: Option<u64>,
 ) -> Vec<SeriesResult> {
+    judge_series_with(evidence, budget, before, &Thresholds::default())
+}
+
+fn judge_series_with(
+    evidence: &Evidence,
+    budget: Option<Budget>,
+    before: Option<u64>,
+    t: &Thresholds,
+) -> Vec<SeriesResult> {
     evidence
         .series
         .iter()
         .map(|s| {
-            let config = noisy_config(s.kind, evidence.warmup);
+            let config = noisy_config(s.kind, evidence.warmup, t);
             // Answers arrive out of order under concurrency: keep the samples, not a prefix.
             let judged: Vec<Sample> = match before {
                 Some(end) => s.samples.iter().filter(|x| x.0 < end).copied().collect(),
@@ -132,12 +157,17 @@ pub fn axis_series(series: &[SeriesResult]) -> Option<(&SeriesResult, &NoisyJudg
 
 /// The judgement of `evidence` under `budget` (`None`: any leak proven fails).
 pub fn judge(evidence: &Evidence, budget: Option<Budget>) -> Judgement {
+    judge_with(evidence, budget, &Thresholds::default())
+}
+
+/// [`judge`] under other thresholds: what a calibration re-derives a threshold with.
+pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -> Judgement {
     let mut notes = Vec::new();
     // A failing target is judged on what it answered before its failures began: a leak proven
     // there fails (a service dying of its leak), and anything else cannot be judged, since the
     // memory of a service that answers errors says nothing of the one that serves.
     let failing_from = evidence.failing_from;
-    let series = judge_series(evidence, budget, failing_from);
+    let series = judge_series_with(evidence, budget, failing_from, t);
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
     } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
@@ -167,7 +197,7 @@ pub fn judge(evidence: &Evidence, budget: Option<Budget>) -> Judgement {
     }
     let (axis, owner) = match axis_series(&series) {
         Some((deciding, judged)) => {
-            let (axis, owner) = explain(evidence, deciding, judged);
+            let (axis, owner) = explain(evidence, deciding, judged, t);
             (Some(axis), Some(owner))
         }
         None => (None, None),
@@ -188,21 +218,22 @@ fn explain(
     evidence: &Evidence,
     deciding: &SeriesResult,
     judged: &NoisyJudgement,
+    t: &Thresholds,
 ) -> (diagnosis::AxisReading, diagnosis::OwnerReading) {
     let name = deciding.series.as_str();
     let repeats = evidence.repeats.get(name).and_then(|samples| {
         // The first tenth of the repeats is not judged: what the last new inputs left settles
         // there (a repeat phase judged from its first request read onnxruntime's arena at
         // +5.09 kB a repeat, bound 3.04 to 7.14 kB, where it reads ±3.1 kB).
-        judge_noisy(samples, &noisy_config(deciding.kind, samples.len() / 10)).ok()
+        judge_noisy(samples, &noisy_config(deciding.kind, samples.len() / 10, t)).ok()
     });
     let (processes, threads) = match &evidence.tree {
-        Some(t) => tree::judge(
-            t.root,
-            &t.looks,
-            &t.commands,
+        Some(looked) => tree::judge(
+            looked.root,
+            &looked.looks,
+            &looked.commands,
             evidence.warmup as u64,
-            thresholds::HOST_NOISE_FLOOR,
+            t.host_noise_floor,
         ),
         None => (Vec::new(), None),
     };

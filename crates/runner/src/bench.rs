@@ -438,6 +438,9 @@ impl BenchReport {
         md.push_str(&self.instrument_markdown());
         md.push_str(&self.agent_markdown());
         md.push_str(&self.native_markdown());
+        md.push_str(&crate::corpus::markdown(std::path::Path::new(
+            crate::corpus::RECORDINGS,
+        )));
         md.push_str(
             "\n## Raw criterion means (ns per iteration)\n\n| benchmark | mean |\n|---|---|\n",
         );

@@ -40,6 +40,36 @@ pub enum LabSubcommand {
     Soak(SoakCommand),
     /// The HTTP side of the benchmarks (Rust against the Python twin) and docs/benchmarks.md.
     Bench(BenchCommand),
+    /// The judge's false alarms and sensitivity on the corpus of recordings (lab/corpus), per
+    /// regime, calibration and validation side by side; with --write, into docs/benchmarks.md.
+    JudgeBench(JudgeBenchCommand),
+}
+
+#[derive(Args)]
+pub struct JudgeBenchCommand {
+    /// The recordings (REGIME/SUBJECT/RUN.json.gz).
+    #[arg(long, default_value = "lab/corpus/recordings")]
+    pub corpus: PathBuf,
+    /// The page whose generated section holds the table.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub docs: PathBuf,
+    /// Write the table into the page's generated section.
+    #[arg(long)]
+    pub write: bool,
+}
+
+/// `leaklab-lab judge-bench`: prints the table, and writes it where asked.
+pub fn judge_bench(cmd: &JudgeBenchCommand) -> anyhow::Result<()> {
+    let entries = crate::corpus::read(&cmd.corpus)?;
+    print!("{}", crate::corpus::table(&entries));
+    if cmd.write {
+        let doc = std::fs::read_to_string(&cmd.docs)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", cmd.docs.display()))?;
+        let section = crate::corpus::markdown(&cmd.corpus);
+        std::fs::write(&cmd.docs, crate::corpus::replace_section(&doc, &section)?)?;
+        eprintln!("leaklab: the table is in {}", cmd.docs.display());
+    }
+    Ok(())
 }
 
 /// Runs one command of the lab to its exit code.
@@ -68,6 +98,13 @@ pub fn dispatch(command: LabSubcommand) -> ExitCode {
             };
             finish("bench", bench(cmd), &output)
         }
+        LabSubcommand::JudgeBench(cmd) => match judge_bench(&cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("leaklab-lab judge-bench: {e:#}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 

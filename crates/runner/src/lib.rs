@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod commands;
+pub mod corpus;
 pub mod driver;
 pub mod expect;
 pub mod judge;

@@ -1,0 +1,611 @@
+//! The judge measured: its false alarms and its sensitivity on the corpus of recordings
+//! (lab/corpus: live scans of subjects whose truth comes from how they were built), with the
+//! calibration and validation splits side by side (`leaklab-lab judge-bench`,
+//! `cargo xtask judge-bench`).
+//!
+//! Every recording is re-judged by `leaklab_judge::judge` over its first 300, 600 and 1,000
+//! judged requests, with no budget (any growth proven is a leak, the rule of the scan without
+//! `--rate` and of the pytest plugin). A must-pass recording that fails is a false alarm; one
+//! that cannot be judged is counted beside it. A leak is found where the judgement fails with the
+//! axis its subject was built with; a cannot-judge is not found. A bounded must-pass subject
+//! counts only at windows that reach half again past its fill point: before that, no observer
+//! can tell it from a leak. Beside the sensitivity, the statistical limit for the same noise:
+//! the smallest slope a one-sided 99 % test could prove on n equally spaced samples with the
+//! residual noise of the group's leaky recordings around their line, `2.33 σ √(12 / (n³ − n))`.
+
+use anyhow::{bail, Context, Result};
+use leaklab_judge::evidence::Evidence;
+use leaklab_judge::{judge, Outcome};
+use leaklab_scan::recording::Recording;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The judged-request windows the judge is measured at.
+pub const WINDOWS: [usize; 3] = [300, 600, 1000];
+/// The host series each recording carries, measured apart.
+pub const KINDS: [&str; 2] = ["anonymous", "rss"];
+/// The share of a rung's recordings that must be found for the rung to count as found.
+const FOUND_SHARE: f64 = 0.95;
+/// A one-sided 99 % test: the normal quantile.
+const Z99: f64 = 2.326;
+
+/// What a subject does to memory, from its construction (lab/corpus/subjects.py's `Truth`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Truth {
+    pub subject: String,
+    pub mechanism: String,
+    pub must_pass: bool,
+    pub leak_bytes_per_request: u64,
+    pub axis: String,
+    pub owner: String,
+    pub bound_bytes: u64,
+    pub fills_after_requests: u64,
+}
+
+/// One recording of the corpus.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Entry {
+    pub regime: String,
+    pub subject: String,
+    pub run: u32,
+    pub truth: Truth,
+    pub scan: Recording,
+}
+
+/// Which side of the split a subject falls on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    Calibration,
+    Validation,
+}
+
+impl Side {
+    /// The rule, fixed before any recording was judged: validation where the first byte of the
+    /// SHA-256 of the subject's name is odd. Every run of a subject falls on one side, so
+    /// validation measures subjects the thresholds never saw.
+    pub fn of(subject: &str) -> Side {
+        if Sha256::digest(subject.as_bytes())[0] % 2 == 1 {
+            Side::Validation
+        } else {
+            Side::Calibration
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Side::Calibration => "calibration",
+            Side::Validation => "validation",
+        }
+    }
+}
+
+/// Reads every recording under `dir` (`REGIME/SUBJECT/RUN.json.gz`), in path order.
+pub fn read(dir: &Path) -> Result<Vec<Entry>> {
+    let mut paths = Vec::new();
+    collect(dir, &mut paths)?;
+    paths.sort();
+    if paths.is_empty() {
+        bail!(
+            "no recording under {} (cargo xtask record-corpus makes them)",
+            dir.display()
+        );
+    }
+    paths
+        .iter()
+        .map(|path| {
+            let mut json = String::new();
+            flate2::read::GzDecoder::new(std::fs::File::open(path)?)
+                .read_to_string(&mut json)
+                .with_context(|| format!("{}: not a gzipped recording", path.display()))?;
+            serde_json::from_str(&json).with_context(|| format!("{}", path.display()))
+        })
+        .collect()
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if path.to_string_lossy().ends_with(".json.gz") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The evidence over its first `n` judged requests (the warm-up's samples kept, the repeat
+/// phase and the agent's readings as recorded).
+pub fn window(evidence: &Evidence, n: usize) -> Evidence {
+    let end = (evidence.warmup + n) as u64;
+    let mut e = evidence.clone();
+    for s in &mut e.series {
+        s.samples.retain(|x| x.0 < end);
+    }
+    if let Some(t) = &mut e.tree {
+        t.looks.retain(|l| l.0 < end);
+    }
+    e
+}
+
+/// One recording judged over one window.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub regime: String,
+    pub side: Side,
+    pub truth: Truth,
+    pub n: usize,
+    pub outcome: Outcome,
+    /// The axis the judgement read (kebab-case), where it read one.
+    pub axis: Option<String>,
+    /// By series kind: whether that series alone failed.
+    pub fails: BTreeMap<String, bool>,
+    /// By series kind: the residual noise of a least-squares line over the judged samples.
+    pub sigma: BTreeMap<String, f64>,
+}
+
+impl Trial {
+    /// Counted among the must-pass trials: a bounded subject only once the window reaches half
+    /// again past its fill point.
+    fn eligible(&self, warmup: usize) -> bool {
+        self.truth.must_pass
+            && (warmup + self.n) as f64 >= 1.5 * self.truth.fills_after_requests as f64
+    }
+
+    /// The leak found: a failure along the axis the subject was built with (for one series
+    /// kind, that series failed).
+    fn found(&self, kind: Option<&str>) -> bool {
+        let fails = match kind {
+            Some(k) => self.fails.get(k).copied().unwrap_or(false),
+            None => self.outcome == Outcome::Fail,
+        };
+        fails && self.axis.as_deref() == Some(self.truth.axis.as_str())
+    }
+
+    fn false_alarm(&self, kind: Option<&str>) -> bool {
+        match kind {
+            Some(k) => self.fails.get(k).copied().unwrap_or(false),
+            None => self.outcome == Outcome::Fail,
+        }
+    }
+}
+
+/// Every recording judged over every window.
+pub fn trials(entries: &[Entry]) -> Vec<(usize, Trial)> {
+    let mut out = Vec::new();
+    for e in entries {
+        let evidence = &e.scan.evidence;
+        for n in WINDOWS {
+            let w = window(evidence, n);
+            let j = judge(&w, None);
+            let fails = j
+                .series
+                .iter()
+                .map(|s| (s.series.clone(), s.ops.is_some_and(|o| o.fails())))
+                .collect();
+            let sigma = w
+                .series
+                .iter()
+                .map(|s| {
+                    let judged: Vec<(u64, i64)> = s
+                        .samples
+                        .iter()
+                        .copied()
+                        .filter(|x| x.0 >= w.warmup as u64)
+                        .collect();
+                    (s.name.clone(), residual_sigma(&judged))
+                })
+                .collect();
+            out.push((
+                w.warmup,
+                Trial {
+                    regime: e.regime.clone(),
+                    side: Side::of(&e.subject),
+                    truth: e.truth.clone(),
+                    n,
+                    outcome: j.outcome,
+                    axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
+                    fails,
+                    sigma,
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// The standard deviation of the residuals of a least-squares line through `samples`.
+pub fn residual_sigma(samples: &[(u64, i64)]) -> f64 {
+    let n = samples.len() as f64;
+    if n < 3.0 {
+        return f64::NAN;
+    }
+    let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
+    let my = samples.iter().map(|s| s.1 as f64).sum::<f64>() / n;
+    let sxx: f64 = samples.iter().map(|s| (s.0 as f64 - mx).powi(2)).sum();
+    let sxy: f64 = samples
+        .iter()
+        .map(|s| (s.0 as f64 - mx) * (s.1 as f64 - my))
+        .sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let ss: f64 = samples
+        .iter()
+        .map(|s| (s.1 as f64 - my - slope * (s.0 as f64 - mx)).powi(2))
+        .sum();
+    (ss / (n - 2.0)).sqrt()
+}
+
+/// The smallest slope a one-sided 99 % test proves on `n` equally spaced samples of noise
+/// `sigma` (per sample, independent).
+pub fn limit(sigma: f64, n: usize) -> f64 {
+    let n = n as f64;
+    Z99 * sigma * (12.0 / (n * n * n - n)).sqrt()
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn human(bytes: f64) -> String {
+    leaklab_report::human_bytes(bytes)
+}
+
+/// The measured table, as markdown: per regime (and all together), per side, per series kind.
+pub fn table(entries: &[Entry]) -> String {
+    let trials = trials(entries);
+    let mut regimes: Vec<String> = trials.iter().map(|(_, t)| t.regime.clone()).collect();
+    regimes.sort();
+    regimes.dedup();
+    let mut rungs: Vec<u64> = trials
+        .iter()
+        .filter(|(_, t)| !t.truth.must_pass)
+        .map(|(_, t)| t.truth.leak_bytes_per_request)
+        .collect();
+    rungs.sort();
+    rungs.dedup();
+    let must = entries.iter().filter(|e| e.truth.must_pass).count();
+    let mut out = format!(
+        "{} recordings ({} must-pass, {} leaky), {} subjects, {} regimes; each judged over its first 300, 600 and 1,000 judged requests, no budget.\n\n",
+        entries.len(),
+        must,
+        entries.len() - must,
+        {
+            let mut s: Vec<&str> = entries.iter().map(|e| e.subject.as_str()).collect();
+            s.sort();
+            s.dedup();
+            s.len()
+        },
+        regimes.len(),
+    );
+    for kind in [None, Some("anonymous"), Some("rss")] {
+        out.push_str(&format!(
+            "**{}**\n\n| regime | side | false alarms (must-pass failed) at 300 / 600 / 1000 | cannot judge | smallest leak found in 95 % at 300 / 600 / 1000 | found at 2 KiB, 600 | statistical limit at 300 / 600 / 1000 |\n|---|---|---|---|---|---|---|\n",
+            match kind {
+                None => "The verdict (the scan's outcome, with the axis its subject was built with)".to_string(),
+                Some(k) => format!("The `{k}` series alone"),
+            }
+        ));
+        let mut groups: Vec<(String, Side)> = Vec::new();
+        for r in regimes
+            .iter()
+            .cloned()
+            .chain(std::iter::once("all".to_string()))
+        {
+            for side in [Side::Calibration, Side::Validation] {
+                groups.push((r.clone(), side));
+            }
+        }
+        for (regime, side) in groups {
+            let of = |t: &Trial| (regime == "all" || t.regime == regime) && t.side == side;
+            let mut alarms = Vec::new();
+            let mut cannot = Vec::new();
+            let mut smallest = Vec::new();
+            let mut limits = Vec::new();
+            for n in WINDOWS {
+                let passing: Vec<&Trial> = trials
+                    .iter()
+                    .filter(|(w, t)| of(t) && t.n == n && t.eligible(*w))
+                    .map(|(_, t)| t)
+                    .collect();
+                alarms.push(format!(
+                    "{}/{}",
+                    passing.iter().filter(|t| t.false_alarm(kind)).count(),
+                    passing.len()
+                ));
+                if n == 1000 {
+                    cannot.push(format!(
+                        "{}",
+                        passing
+                            .iter()
+                            .filter(|t| t.outcome == Outcome::CannotJudge)
+                            .count()
+                    ));
+                }
+                let found = rungs.iter().find(|&&r| {
+                    let at: Vec<&Trial> = trials
+                        .iter()
+                        .map(|(_, t)| t)
+                        .filter(|t| {
+                            of(t)
+                                && t.n == n
+                                && t.truth.leak_bytes_per_request == r
+                                && !t.truth.must_pass
+                        })
+                        .collect();
+                    !at.is_empty()
+                        && at.iter().filter(|t| t.found(kind)).count() as f64
+                            >= FOUND_SHARE * at.len() as f64
+                });
+                smallest.push(found.map_or("none".to_string(), |&r| human(r as f64)));
+                // The noise the detector faced: the leaky recordings' own scatter around their
+                // line, whatever their rung.
+                let sigma = median(
+                    trials
+                        .iter()
+                        .map(|(_, t)| t)
+                        .filter(|t| of(t) && t.n == n && !t.truth.must_pass)
+                        .map(|t| {
+                            t.sigma
+                                .get(kind.unwrap_or("anonymous"))
+                                .copied()
+                                .unwrap_or(f64::NAN)
+                        })
+                        .collect(),
+                );
+                limits.push(sigma.map_or("-".to_string(), |s| human(limit(s, n))));
+            }
+            let two: Vec<&Trial> = trials
+                .iter()
+                .map(|(_, t)| t)
+                .filter(|t| {
+                    of(t)
+                        && t.n == 600
+                        && !t.truth.must_pass
+                        && t.truth.leak_bytes_per_request == 2048
+                })
+                .collect();
+            out.push_str(&format!(
+                "| {regime} | {} | {} | {} | {} | {}/{} | {} |\n",
+                side.name(),
+                alarms.join(" / "),
+                cannot.join(""),
+                smallest.join(" / "),
+                two.iter().filter(|t| t.found(kind)).count(),
+                two.len(),
+                limits.join(" / "),
+            ));
+        }
+        out.push('\n');
+    }
+    out.push_str(&goals(&trials));
+    let (lower, upper) = host_noise_floor_bounds(entries);
+    let bound = |b: Option<f64>| b.map_or("none of the grid".to_string(), human);
+    out.push_str(&format!(
+        "The host noise floor re-derived from the calibration split (a grid of powers of two, 4 KiB to 1 MiB): at least {} (no must-pass calibration recording fails at any window), at most {} (the 2 KiB rung found in 95 % of calibration recordings at 600); the judge's constant: {}.\n\n",
+        bound(lower),
+        bound(upper),
+        human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
+    ));
+    out.push_str(&misses(&trials));
+    out
+}
+
+/// The goals, each against what the table measured.
+fn goals(trials: &[(usize, Trial)]) -> String {
+    let passing: Vec<&Trial> = trials
+        .iter()
+        .filter(|(w, t)| t.eligible(*w))
+        .map(|(_, t)| t)
+        .collect();
+    let alarms = passing.iter().filter(|t| t.false_alarm(None)).count();
+    let two: Vec<&Trial> = trials
+        .iter()
+        .map(|(_, t)| t)
+        .filter(|t| {
+            t.side == Side::Validation
+                && t.n == 600
+                && !t.truth.must_pass
+                && t.truth.leak_bytes_per_request == 2048
+        })
+        .collect();
+    let found = two.iter().filter(|t| t.found(None)).count();
+    format!(
+        "Goals against the measure: false alarms 0 on every must-pass recording: {alarms} of {} must-pass trials failed ({}); a 2 KiB leak found in 95 % of validation recordings within 600 judged requests: {found} of {} ({:.0} %).\n\n",
+        passing.len(),
+        if alarms == 0 { "met" } else { "not met" },
+        two.len(),
+        100.0 * found as f64 / two.len().max(1) as f64,
+    )
+}
+
+/// Every must-pass trial that failed, and every leaky trial at 1,000 judged requests that was
+/// not found: named, so a reader sees what the counts hide.
+fn misses(trials: &[(usize, Trial)]) -> String {
+    let mut alarms: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut missed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (w, t) in trials {
+        let key = format!("{} ({}, {})", t.truth.subject, t.regime, t.side.name());
+        if t.eligible(*w) && t.false_alarm(None) {
+            alarms.entry(key).or_default().push(t.n.to_string());
+        } else if !t.truth.must_pass && t.n == 1000 && !t.found(None) {
+            missed.entry(key).or_default().push(format!(
+                "{} axis {}",
+                t.outcome.answer(),
+                t.axis.as_deref().unwrap_or("none")
+            ));
+        }
+    }
+    let list = |m: &BTreeMap<String, Vec<String>>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            m.iter()
+                .map(|(k, v)| format!("{k}: {}", v.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    };
+    format!(
+        "False alarms (subject, regime, side: the windows): {}.\n\nLeaks not found at 1,000 judged requests (subject, regime, side: what the judge said, per run): {}.\n",
+        list(&alarms),
+        list(&missed)
+    )
+}
+
+/// The host noise floor's bounds, re-derived from the calibration recordings: at least the
+/// smallest floor of the grid (powers of two, 4 KiB to 1 MiB) under which no must-pass
+/// calibration recording fails at 300, 600 or 1,000 judged requests; at most the largest under
+/// which the 2 KiB rung is found in 95 % of the calibration recordings at 600. `None` for a
+/// bound no floor of the grid meets.
+pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let grid: Vec<f64> = (12..=20).map(|p| f64::from(1u32 << p)).collect();
+    let calibration: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| Side::of(&e.subject) == Side::Calibration)
+        .collect();
+    let fails = |e: &Entry, n: usize, floor: f64| {
+        let t = leaklab_judge::Thresholds {
+            host_noise_floor: floor,
+        };
+        let w = window(&e.scan.evidence, n);
+        leaklab_judge::judge_with(&w, None, &t)
+    };
+    let lower = grid.iter().copied().find(|&floor| {
+        calibration.iter().filter(|e| e.truth.must_pass).all(|e| {
+            WINDOWS.iter().all(|&n| {
+                let eligible = (e.scan.evidence.warmup + n) as f64
+                    >= 1.5 * e.truth.fills_after_requests as f64;
+                !eligible || fails(e, n, floor).outcome != Outcome::Fail
+            })
+        })
+    });
+    let two: Vec<&&Entry> = calibration
+        .iter()
+        .filter(|e| !e.truth.must_pass && e.truth.leak_bytes_per_request == 2048)
+        .collect();
+    let upper = grid.iter().rev().copied().find(|&floor| {
+        let found = two
+            .iter()
+            .filter(|e| {
+                let j = fails(e, 600, floor);
+                j.outcome == Outcome::Fail
+                    && j.axis
+                        .map(|a| leaklab_judge::diagnosis::kebab(a.axis))
+                        .as_deref()
+                        == Some(e.truth.axis.as_str())
+            })
+            .count();
+        !two.is_empty() && found as f64 >= FOUND_SHARE * two.len() as f64
+    });
+    (lower, upper)
+}
+
+/// The corpus's folder, from the workspace's root.
+pub const RECORDINGS: &str = "lab/corpus/recordings";
+
+/// The section of docs/benchmarks.md: its heading, what it measures and the table between its
+/// markers (`cargo xtask bench` writes it whole, `cargo xtask judge-bench --write` the table).
+pub fn markdown(corpus: &Path) -> String {
+    let table = match read(corpus) {
+        Ok(entries) => table(&entries),
+        Err(e) => format!("Not measured: {e:#}.\n"),
+    };
+    format!(
+        "{HEADING}\nThe scan's judgement (`leaklab_judge::judge`) re-judged on every recording of lab/corpus (live scans of subjects built to keep a known number of bytes a request, or to keep nothing or a bounded amount; lab/corpus/README.md), calibration and validation apart (a subject's side: the parity of the first byte of the SHA-256 of its name). A false alarm: a must-pass recording that fails. Found: a failure along the axis the subject was built with. The statistical limit: 2.33 σ √(12 / (n³ − n)), σ the median residual noise of the group's leaky recordings around their least-squares line (the noise the detector faced) (the noise is neither independent nor Gaussian, so the limit is a floor, not a target the detector can reach).\n\n{BEGIN}\n{table}{END}\n"
+    )
+}
+
+/// The markers around the generated table in docs/benchmarks.md.
+pub const BEGIN: &str = "<!-- judge-bench: generated by `cargo xtask judge-bench`; do not edit -->";
+pub const END: &str = "<!-- judge-bench end -->";
+
+/// The section's heading in docs/benchmarks.md.
+const HEADING: &str = "\n## The judge, measured on its corpus\n";
+
+/// `doc` with its judge section (the heading to the end marker) replaced by `section`
+/// ([`markdown`]).
+pub fn replace_section(doc: &str, section: &str) -> Result<String> {
+    let (Some(b), Some(e)) = (doc.find(HEADING), doc.find(END)) else {
+        bail!("docs/benchmarks.md lacks the judge's section ({HEADING:?} … {END})");
+    };
+    let e = e + END.len() + 1;
+    Ok(format!(
+        "{}{section}{}",
+        &doc[..b],
+        doc.get(e..).unwrap_or("")
+    ))
+}
+
+/// The generated table as it stands in `doc`.
+pub fn section(doc: &str) -> Option<&str> {
+    let b = doc.find(BEGIN)? + BEGIN.len() + 1;
+    let e = doc.find(END)?;
+    doc.get(b..e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// CI on recordings: the judge re-judges every recording of the corpus, and the table it
+    /// makes must be the one docs/benchmarks.md publishes: a change that moves one false alarm
+    /// or one leak found fails here until the table is made again (`cargo xtask judge-bench
+    /// --write`) and the change is seen in review.
+    #[test]
+    fn the_published_table_is_the_judges_on_the_corpus() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
+        let published = section(&doc).expect("docs/benchmarks.md has the judge's section");
+        let now = table(&entries);
+        assert!(
+            published == now,
+            "docs/benchmarks.md's table is not the judge's on the corpus: run `cargo xtask judge-bench --write`.\nNow:\n{now}"
+        );
+    }
+
+    /// The host noise floor re-derived from the calibration recordings by its statistic
+    /// ([`host_noise_floor_bounds`]): the constant must lie between the bounds.
+    #[test]
+    fn the_host_noise_floor_is_where_the_calibration_recordings_put_it() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let (lower, upper) = host_noise_floor_bounds(&entries);
+        let floor = leaklab_judge::thresholds::HOST_NOISE_FLOOR;
+        assert!(
+            lower.is_some_and(|l| l <= floor) && upper.is_some_and(|u| floor <= u),
+            "HOST_NOISE_FLOOR {floor} outside the calibration's bounds: at least {lower:?} (no must-pass recording fails), at most {upper:?} (2 KiB found in 95 % at 600)"
+        );
+    }
+
+    #[test]
+    fn the_split_is_by_subject_and_fixed() {
+        // Every run of a subject on one side; the rule's own figures, computed once.
+        assert_eq!(Side::of("bytes-list-2k"), Side::of("bytes-list-2k"));
+        let sides: Vec<Side> = ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .iter()
+            .map(|s| Side::of(s))
+            .collect();
+        assert!(sides.contains(&Side::Calibration) && sides.contains(&Side::Validation));
+    }
+
+    #[test]
+    fn the_limit_falls_with_the_cube_of_the_samples() {
+        // sigma 64 KiB over 600 samples: 2.326 × 65536 × √(12 / (600³ − 600)) ≈ 35.9 B.
+        let l = limit(65536.0, 600);
+        assert!((l - 35.9).abs() < 0.1, "{l}");
+        assert!((limit(65536.0, 300) / l - 2.0f64.powf(1.5)).abs() < 0.01);
+        let line: Vec<(u64, i64)> = (0..100).map(|x| (x, 5 * x as i64 + 7)).collect();
+        assert!(residual_sigma(&line) < 1e-6);
+    }
+}

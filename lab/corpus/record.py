@@ -1,0 +1,248 @@
+"""Record the judge's corpus: every subject (subjects.py) under every regime, scanned by the real
+``leaklab scan`` from outside (``--pid``), each recording kept with its ground truth.
+
+    python lab/corpus/record.py --leaklab target/release/leaklab --out lab/corpus/recordings \
+        [--regime glibc ...] [--subject bytes-list-2k ...] [--leaky-runs 2] [--passing-runs 4]
+
+``cargo xtask record-corpus`` runs it (after a release build of ``leaklab``). A regime is the
+environment the services run in, set before their process starts (an allocator preloaded is
+loaded at exec): one server per regime imports torch once and forks each subject's service in
+turn, the next once the last is killed. A recording is one gzipped JSON file,
+``RECORDINGS/REGIME/SUBJECT/RUN.json.gz``: ``{"regime", "subject", "run", "truth", "scan":
+<the scan's evidence.json>}``.
+
+The scan: 50 warm-up and 1,000 judged requests, each a new input (``--vary``), concurrency 1,
+no budget; the judge-bench re-judges each recording over its first 300, 600 and 1,000 judged
+requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import IO, Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import subjects
+
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+LIB = "/usr/lib/x86_64-linux-gnu"
+# Each regime's environment for the services; "busy" also runs a busy loop beside the scan.
+REGIMES: dict[str, dict[str, str]] = {
+    "glibc": {},
+    "arena1": {"MALLOC_ARENA_MAX": "1"},
+    "jemalloc": {"LD_PRELOAD": f"{LIB}/libjemalloc.so.2"},
+    "tcmalloc": {"LD_PRELOAD": f"{LIB}/libtcmalloc_minimal.so.4"},
+    "busy": {},
+}
+WARMUP, REQUESTS = 50, 1000
+
+
+def serve_each(names: list[str]) -> None:
+    """Imports what every subject imports once, then forks each subject's service in turn, the
+    next once the last was killed; each prints ``leaklab-corpus NAME pid PID listening on URL``.
+    """
+    import socket
+
+    import fastapi  # noqa: F401
+    import torch  # noqa: F401
+    import uvicorn
+
+    parent = os.getpid()
+    for name in names:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() == parent:
+                    app = subjects.make_app(name)
+                    # TCP_NODELAY needs the proto named (see lab/zoo/_zoo.py's serve).
+                    sock = socket.socket(
+                        socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+                    )
+                    sock.bind(("127.0.0.1", 0))
+                    sock.listen(128)
+                    host, port = sock.getsockname()
+                    print(
+                        f"leaklab-corpus {name} pid {os.getpid()} "
+                        f"listening on http://{host}:{port}",
+                        flush=True,
+                    )
+                    config = uvicorn.Config(app, log_level="warning", access_log=False)
+                    uvicorn.Server(config).run(sockets=[sock])
+                    code = 0
+            except BaseException:  # noqa: BLE001 (a forked child must not return into the loop)
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFSIGNALED(status):
+            raise SystemExit(f"{name} (pid {pid}) ended by itself: see its stderr")
+
+
+def listening(stdout: IO[str], name: str, timeout: float) -> tuple[str, int]:
+    """The URL and pid of ``name``'s service, from its line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stdout.readline()
+        if not line:
+            raise SystemExit(f"the server ended before {name} started")
+        if " listening on " in line:
+            head, url = line.split(" listening on ")
+            words = head.split()
+            if words[1] != name:
+                raise SystemExit(f"the server said {line!r} where {name} was to start")
+            return url.strip(), int(words[3])
+    raise SystemExit(f"{name} did not start in {timeout} s")
+
+
+def record(args: argparse.Namespace) -> int:
+    plan = []
+    for name in args.subject or subjects.names():
+        runs = args.passing_runs if subjects.truth(name).must_pass else args.leaky_runs
+        plan.extend((name, run) for run in range(runs))
+    body = os.path.join(tempfile.mkdtemp(prefix="leaklab-corpus-"), "body.json")
+    with open(body, "w") as f:
+        json.dump(subjects.body(), f)
+    failures = 0
+    started = time.monotonic()
+    for regime in args.regime or list(REGIMES):
+        env = {**os.environ, **REGIMES[regime]}
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", ",".join(n for n, _ in plan)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            process_group=0,
+        )
+        assert server.stdout is not None
+        try:
+            for i, (name, run) in enumerate(plan):
+                url, pid = listening(server.stdout, name, 120)
+                busy = None
+                if regime == "busy":
+                    busy = subprocess.Popen(
+                        [sys.executable, "-c", "while True: pass"], process_group=0
+                    )
+                try:
+                    ok = scan_one(args, regime, name, run, url, pid, body)
+                finally:
+                    if busy is not None:
+                        os.killpg(busy.pid, signal.SIGKILL)
+                        busy.wait()
+                    os.killpg(pid, signal.SIGKILL)
+                failures += not ok
+                print(
+                    f"leaklab: [{regime} {i + 1}/{len(plan)}] {name} run {run}: "
+                    f"{'recorded' if ok else 'FAILED'} "
+                    f"({time.monotonic() - started:.0f} s so far)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        finally:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    return 1 if failures else 0
+
+
+def scan_one(
+    args: argparse.Namespace,
+    regime: str,
+    name: str,
+    run: int,
+    url: str,
+    pid: int,
+    body: str,
+) -> bool:
+    """One scan of a subject's service, its evidence kept with its truth."""
+    with tempfile.TemporaryDirectory(prefix="leaklab-corpus-scan-") as out:
+        command = [
+            args.leaklab,
+            "scan",
+            f"{url}/predict",
+            "--body",
+            body,
+            "--vary",
+            "--pid",
+            str(pid),
+            "--warmup",
+            str(WARMUP),
+            "--requests",
+            str(REQUESTS),
+            "--time-limit",
+            "5m",
+            "--json",
+            "--out",
+            out,
+        ]
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        evidence = os.path.join(out, "evidence.json")
+        if not os.path.exists(evidence):
+            print(done.stderr[-2000:], file=sys.stderr)
+            return False
+        with open(evidence) as f:
+            scan: Any = json.load(f)
+    doc = {
+        "regime": regime,
+        "subject": name,
+        "run": run,
+        "truth": subjects.truth_json(name),
+        "scan": scan,
+    }
+    folder = os.path.join(args.out, regime, name)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{run}.json.gz")
+    # mtime 0: the same recording packs to the same bytes.
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
+    ):
+        packed.write(json.dumps(doc, sort_keys=True).encode())
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--serve", metavar="NAME,NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--leaklab", default="target/release/leaklab")
+    parser.add_argument("--out", default=os.path.join(HERE, "recordings"))
+    parser.add_argument("--regime", action="append", choices=list(REGIMES))
+    parser.add_argument(
+        "--subject", action="append", choices=subjects.names() + list(subjects.HELD_OUT)
+    )
+    parser.add_argument("--leaky-runs", type=int, default=2)
+    parser.add_argument("--passing-runs", type=int, default=4)
+    args = parser.parse_args()
+    if args.serve:
+        serve_each(args.serve.split(","))
+        return
+    for regime, env in REGIMES.items():
+        lib = env.get("LD_PRELOAD")
+        if lib and not os.path.exists(lib) and regime in (args.regime or REGIMES):
+            raise SystemExit(
+                f"{lib} is missing (regime {regime}): apt-get install libjemalloc2 "
+                "libtcmalloc-minimal4"
+            )
+    sys.exit(record(args))
+
+
+if __name__ == "__main__":
+    main()

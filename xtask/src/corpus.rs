@@ -1,0 +1,50 @@
+//! `cargo xtask record-corpus` and `cargo xtask judge-bench`: the judge's corpus of recorded
+//! evidence (lab/corpus), re-recorded from live scans, and the judge measured on it.
+
+use crate::process::run;
+use crate::provision::{workspace_root, Torch};
+use anyhow::Result;
+
+/// Debian's allocators the corpus's regimes preload (lab/corpus/record.py's `REGIMES`).
+const ALLOCATORS: [(&str, &str); 2] = [
+    ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
+    (
+        "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+        "libtcmalloc-minimal4",
+    ),
+];
+
+/// Builds the instrument (release), installs the preloaded allocators where missing, and runs
+/// the recorder with the torch python; extra arguments go to lab/corpus/record.py.
+pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
+    let mut build = torch.cargo();
+    build.args([
+        "build",
+        "--release",
+        "--package",
+        "leaklab",
+        "--bin",
+        "leaklab",
+    ]);
+    run(build)?;
+    for (lib, package) in ALLOCATORS {
+        if !std::path::Path::new(lib).exists() {
+            let mut apt = std::process::Command::new("apt-get");
+            apt.args(["install", "-y", "-q", "--no-install-recommends", package])
+                .env("DEBIAN_FRONTEND", "noninteractive");
+            run(apt)?;
+        }
+    }
+    let mut record = torch.python_command("the corpus's recordings")?;
+    record
+        .arg(workspace_root().join("lab/corpus/record.py"))
+        .arg("--leaklab")
+        .arg(workspace_root().join("target/release/leaklab"))
+        .args(args);
+    run(record)
+}
+
+/// `leaklab-lab judge-bench ARGS` (`--write` puts the table into docs/benchmarks.md).
+pub fn bench(torch: &Torch, args: &[String]) -> Result<()> {
+    torch.lab(&["judge-bench"], args)
+}
