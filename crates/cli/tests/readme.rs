@@ -79,6 +79,73 @@ fn example() -> Example {
     }
 }
 
+/// `text` as the README's outputs are compared with a run's, line by line: every figure masked
+/// with its unit (`N`), runs of spaces and of a table's rule collapsed (a table's widths follow
+/// its figures), blank lines dropped. What is left is every word the output says.
+fn masked(text: &str) -> Vec<String> {
+    const UNITS: [&str; 11] = [
+        "B", "kB", "MB", "GB", "TB", "ms", "s", "min", "h", "days", "%",
+    ];
+    text.lines()
+        .map(|line| {
+            let mut out = String::new();
+            let mut chars = line.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c.is_ascii_digit() {
+                    while chars
+                        .peek()
+                        .is_some_and(|d| d.is_ascii_digit() || matches!(d, '.' | ','))
+                    {
+                        chars.next();
+                    }
+                    out.push('N');
+                } else if c == '-' && chars.peek() == Some(&'-') {
+                    while chars.peek() == Some(&'-') {
+                        chars.next();
+                    }
+                    out.push('-');
+                } else {
+                    out.push(c);
+                }
+            }
+            let words: Vec<&str> = out.split_whitespace().collect();
+            let mut kept: Vec<&str> = Vec::new();
+            for w in words {
+                // A unit after a figure is part of the figure: 683 B and 1.02 kB are one mask.
+                if kept.last().is_some_and(|l| l.ends_with('N'))
+                    && UNITS.contains(&w.trim_end_matches([')', ',', '.', ';']))
+                {
+                    continue;
+                }
+                kept.push(w);
+            }
+            kept.join(" ")
+        })
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The README shows what the run printed: the same lines, the same words, figures apart.
+fn assert_shown(shown: &str, printed: &str) {
+    let (shown, printed) = (masked(shown), masked(printed));
+    for (i, (s, p)) in shown.iter().zip(&printed).enumerate() {
+        assert_eq!(
+            s,
+            p,
+            "line {} of the README's output differs from the run's",
+            i + 1
+        );
+    }
+    assert_eq!(
+        shown.len(),
+        printed.len(),
+        "the README's output has {} lines, the run printed {}:\n{}",
+        shown.len(),
+        printed.len(),
+        printed.join("\n")
+    );
+}
+
 /// Bytes per request an output shows for `series`.
 fn shown_bytes_per_request(output: &str, series: &str) -> f64 {
     let row = output
@@ -311,6 +378,7 @@ fn the_first_screen_line_as_printed_fails_the_readme_app_and_passes_its_fix() {
         // bytes per request within 10 % (7.14, 7.17 and 7.16 kB in three runs of this test; the
         // README shows the third).
         let shown = &example.outputs[0];
+        assert_shown(shown, &printed);
         let verdict = printed.lines().find(|l| l.starts_with("FAIL")).unwrap();
         let verdict = verdict.split(" at the ").next().unwrap();
         assert!(
@@ -361,6 +429,21 @@ fn the_readme_budget_example_fails_its_budget_at_the_figure_it_prints() {
         (measured - shown).abs() < 0.10 * shown,
         "the README shows {shown} B/request, the example measured {measured}"
     );
+    // Its text, as the scan prints it: the recording beside the report, re-judged (the same
+    // report to the last figure). The README's line on where the report went is the scan's own.
+    let text = Command::new(env!("CARGO_BIN_EXE_leaklab"))
+        .args(["judge", "--evidence"])
+        .arg(out.join("evidence.json"))
+        .output()
+        .unwrap();
+    let readme_text = example.outputs[1]
+        .lines()
+        .filter(|l| !l.starts_with("report: "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let printed = String::from_utf8_lossy(&text.stdout);
+    eprintln!("the budget example:\n{printed}");
+    assert_shown(&readme_text, &printed);
 }
 
 #[test]
