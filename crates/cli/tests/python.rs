@@ -70,6 +70,7 @@ groups! {
         "crates/cli/python/tests/test_ceilings.py",
         "crates/cli/python/tests/test_census.py",
         "crates/cli/python/tests/test_holders.py",
+        "crates/cli/python/tests/test_generated_names.py",
         "crates/cli/python/tests/test_process_state.py",
         "crates/cli/python/tests/test_workers.py",
         "crates/cli/python/tests/test_pytest_plugin_twin.py",

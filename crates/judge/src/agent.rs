@@ -111,6 +111,95 @@ pub struct Growth {
     pub bytes_after: u64,
     /// A few of the holder's shapes in the second census.
     pub shapes: Vec<Vec<i64>>,
+    /// Where this is one container's entries added under generated names (`svc.MODEL.buf_17`,
+    /// `svc.MODEL.buf_18`, …, as `svc.MODEL.buf_*`): how many grew ([`siblings`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+}
+
+impl Growth {
+    /// The holder as a sentence names it: `svc.HISTORY (module global)`, or for entries added
+    /// under generated names `svc.MODEL.buf_* (module global, 150 entries under generated names)`.
+    pub fn named(&self) -> String {
+        format!("{} ({})", self.holder, self.kind_words())
+    }
+
+    /// Its kind, and for entries added under generated names how many grew.
+    pub fn kind_words(&self) -> String {
+        match self.entries {
+            Some(n) => format!("{}, {n} entries under generated names", self.kind),
+            None => self.kind.clone(),
+        }
+    }
+
+    /// What to do about it: stop keeping what it keeps, or, for entries added under generated
+    /// names, stop the act that adds one a `step`.
+    pub fn fix(&self, step: &str) -> String {
+        match (self.entries, self.holder.rsplit_once(['.', ' '])) {
+            (Some(_), Some((parent, pattern))) => format!(
+                "stop adding an entry a {step} to `{parent}` under a generated name (`{pattern}`): a module's `register_buffer` or `register_parameter`, a `setattr`, or a `globals()[…]` per {step}; keep one bounded holder, or a number"
+            ),
+            _ => format!(
+                "stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)",
+                self.holder
+            ),
+        }
+    }
+}
+
+/// `holder` with the digits of its last segment masked (`svc.MODEL.buf_17` → `svc.MODEL.buf_*`),
+/// where that segment has any: the name its siblings added under generated names share.
+fn generated_pattern(holder: &str) -> Option<String> {
+    let cut = holder.rfind(['.', ' ']).map_or(0, |i| i + 1);
+    let (parent, last) = holder.split_at(cut);
+    if !last.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut pattern = parent.to_string();
+    for c in last.chars() {
+        if !c.is_ascii_digit() {
+            pattern.push(c);
+        } else if !pattern.ends_with('*') {
+            pattern.push('*');
+        }
+    }
+    Some(pattern)
+}
+
+/// Grown holders of one kind under one parent whose names differ only by their digits, at
+/// least [`crate::thresholds::SIBLINGS`] of them, merged into one: the container's entries added
+/// under generated names (a module's buffers registered per request as `buf_{n}`, attributes
+/// set as `out_{n}`, globals as `cache_{n}`) are one holder with a count, not a row each.
+pub fn siblings(grown: Vec<Growth>, steps: u64) -> Vec<Growth> {
+    let mut groups: BTreeMap<(String, String), Vec<Growth>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for g in grown {
+        match generated_pattern(&g.holder) {
+            Some(p) if g.entries.is_none() => {
+                groups.entry((p, g.kind.clone())).or_default().push(g)
+            }
+            _ => out.push(g),
+        }
+    }
+    for ((pattern, kind), members) in groups {
+        if members.len() < crate::thresholds::SIBLINGS {
+            out.extend(members);
+            continue;
+        }
+        let sum = |f: fn(&Growth) -> i64| members.iter().map(f).sum::<i64>();
+        out.push(Growth {
+            holder: pattern,
+            kind,
+            bytes: sum(|g| g.bytes),
+            bytes_per_step: sum(|g| g.bytes) as f64 / steps.max(1) as f64,
+            tensors: sum(|g| g.tensors),
+            graph_nodes: sum(|g| g.graph_nodes),
+            bytes_after: members.iter().map(|g| g.bytes_after).sum(),
+            shapes: members[0].shapes.clone(),
+            entries: Some(members.len() as u64),
+        });
+    }
+    out
 }
 
 /// Who holds what accumulated between two censuses.
@@ -240,9 +329,11 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
                 graph_nodes,
                 bytes_after: h.held_bytes(),
                 shapes: h.shapes.iter().take(3).cloned().collect(),
+                entries: None,
             })
         })
         .collect();
+    grown = siblings(grown, steps);
     grown.sort_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)
@@ -311,7 +402,7 @@ impl CensusDiff {
                 if g.graph_nodes != 0 {
                     parts.push(format!("{:+} autograd graph nodes", g.graph_nodes));
                 }
-                format!("{} ({}): {}", g.holder, g.kind, parts.join(", "))
+                format!("{}: {}", g.named(), parts.join(", "))
             })
             .collect()
     }
@@ -602,6 +693,53 @@ mod tests {
             holders,
             holders_omitted: 0,
         }
+    }
+
+    /// Entries added per request under generated names, in three kinds of container (a
+    /// module's buffers, app.state's attributes, a module's globals) and one more the issue did
+    /// not name (an instance's attributes): each container one holder with its count, its
+    /// growth summed, and its fix the act that adds them. Two such names, or names without
+    /// digits, stay apart.
+    #[test]
+    fn entries_added_under_generated_names_are_one_holder_with_a_count() {
+        let mut after = vec![holder("svc.HISTORY", 50, 50 * 4096, 0, 0)];
+        for n in 0..30 {
+            after.push(holder(&format!("svc.MODEL.buf_{n}"), 1, 8192, 0, 0));
+            after.push(holder(&format!("svc.app.state.out_{n}"), 1, 4096, 0, 0));
+            after.push(holder(&format!("svc.cache_{n}"), 1, 2048, 0, 0));
+            after.push(holder(&format!("svc.RECORDER.step{n}x"), 1, 1024, 0, 0));
+        }
+        after.push(holder("svc.pair_1", 1, 100, 0, 0));
+        after.push(holder("svc.pair_2", 1, 100, 0, 0));
+        let d = diff(&census(vec![]), &census(after), 30);
+        let grown: BTreeMap<&str, &Growth> =
+            d.grown.iter().map(|g| (g.holder.as_str(), g)).collect();
+        let buffers = grown["svc.MODEL.buf_*"];
+        assert_eq!(
+            (
+                buffers.entries,
+                buffers.tensors,
+                buffers.bytes,
+                buffers.bytes_per_step
+            ),
+            (Some(30), 30, 30 * 8192, 8192.0)
+        );
+        assert_eq!(grown["svc.app.state.out_*"].entries, Some(30));
+        assert_eq!(grown["svc.cache_*"].entries, Some(30));
+        assert_eq!(grown["svc.RECORDER.step*x"].entries, Some(30));
+        assert_eq!(grown["svc.HISTORY"].entries, None);
+        assert!(grown.contains_key("svc.pair_1") && grown.contains_key("svc.pair_2"));
+        assert_eq!(d.grown.len(), 7, "{:?}", grown.keys());
+        assert_eq!(
+            d.lines(1, "request")[0],
+            "svc.MODEL.buf_* (module global, 30 entries under generated names): +30 tensors, +245.76 kB (8.19 kB per request)"
+        );
+        assert!(buffers.fix("request").starts_with(
+            "stop adding an entry a request to `svc.MODEL` under a generated name (`buf_*`): a module's `register_buffer`"
+        ));
+        assert!(grown["svc.HISTORY"]
+            .fix("request")
+            .starts_with("stop keeping it in `svc.HISTORY`"));
     }
 
     #[test]

@@ -466,11 +466,11 @@ pub fn owner_per(
                 let fix = if gc_off {
                     "gc.enable() (or gc.collect() on a schedule), or break the cycle".to_string()
                 } else {
-                    format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", holder.holder)
+                    holder.fix(step)
                 };
                 reading(
                     Owner::Python,
-                    format!("{}: `{}` ({}) grew most", share_words(held), holder.holder, holder.kind),
+                    format!("{}: `{}` ({}) grew most", share_words(held), holder.holder, holder.kind_words()),
                     &mechanism,
                     &fix,
                 )
@@ -843,6 +843,7 @@ mod tests {
                 graph_nodes: 0,
                 bytes_after: 0,
                 shapes: vec![],
+                entries: None,
             }],
             total_bytes: 2_100_000,
             total_tensors: 100,
@@ -941,6 +942,7 @@ mod tests {
                 graph_nodes: 0,
                 bytes_after: 0,
                 shapes: vec![],
+                entries: None,
             }],
             total_bytes: per_step * 100,
             total_tensors: 100,

@@ -50,3 +50,10 @@ pub const GIVEN_BACK_SHARE: f64 = 2.0;
 /// The smallest share of the growth a census must hold for the owner to be Python: a holder
 /// of less than a quarter is beside the point (the rest is elsewhere).
 pub const PYTHON_SHARE: f64 = 0.25;
+
+/// Grown holders under one parent whose names differ only by their digits, at the least, that
+/// are read as one container's entries added under generated names
+/// ([`crate::agent::siblings`]). Set by what a name can mean, not by a statistic: two such
+/// names (`x1`, `x2`) are as often written by hand; three or more grown in one window between
+/// two censuses are a name made per request.
+pub const SIBLINGS: usize = 3;

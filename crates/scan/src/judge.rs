@@ -293,12 +293,14 @@ fn counted_owner(census: Option<&CensusDiff>, counts: &str, unit: &str) -> Owner
             words: format!(
                 "`{}` ({}) grew most: {} autograd graph nodes and {} tensors a {unit}",
                 g.holder,
-                g.kind,
+                g.kind_words(),
                 count(g.graph_nodes as f64 / steps),
                 count(g.tensors as f64 / steps)
             ),
-            mechanism: format!("a Python holder reachable from a root keeps what each {unit} leaves"),
-            fix: format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", g.holder),
+            mechanism: format!(
+                "a Python holder reachable from a root keeps what each {unit} leaves"
+            ),
+            fix: g.fix(unit),
             findings: Vec::new(),
         },
         None => OwnerReading {

@@ -225,13 +225,13 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
                 {
                     reading(
                     Owner::Python,
-                    format!("{holds}: `{}` ({}) grew most", h.holder, h.kind),
+                    format!("{holds}: `{}` ({}) grew most", h.holder, h.kind_words()),
                     if clock {
                         "a Python holder reachable from a root is filled by the clock (a background thread, a timer)"
                     } else {
                         "a Python holder reachable from a root keeps what each request leaves"
                     },
-                    format!("stop keeping it in `{}` (drop the reference, bound it, or detach and copy what is kept)", h.holder),
+                    h.fix("request"),
                     share,
                 )
                 }
@@ -357,6 +357,7 @@ mod tests {
                 graph_nodes: 0,
                 bytes_after: bytes as u64,
                 shapes: vec![],
+                entries: None,
             }],
             total_bytes: bytes,
             total_tensors: steps as i64,
