@@ -207,8 +207,14 @@ pub fn run(
     started: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     let app = App::new(IncidentHandler::new(incident)?, http_config(args.history))?;
+    // One worker serves the inference at a time (its handler is behind a mutex), so blocking
+    // threads beyond two only wait; tokio's default pool (512) starts more when the machine is
+    // loaded, and each new thread's glibc arena shows as steps of its own in the anonymous
+    // memory (CI read the bounded-cache incident's threads 8 → 10 and a +3.6 MB step as growth,
+    // in 2 of 4 full runs on 2026-12-06).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(leaklab_service::serve_app(
