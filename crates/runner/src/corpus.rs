@@ -15,7 +15,7 @@
 
 use anyhow::{bail, Context, Result};
 use leaklab_judge::evidence::Evidence;
-use leaklab_judge::{judge, Outcome};
+use leaklab_judge::{judge_with, Outcome, Thresholds};
 use leaklab_scan::recording::Recording;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -137,6 +137,8 @@ pub struct Trial {
     pub regime: String,
     pub side: Side,
     pub truth: Truth,
+    /// The recording's warm-up, and the judged requests of this window.
+    pub warmup: usize,
     pub n: usize,
     pub outcome: Outcome,
     /// The axis the judgement read (kebab-case), where it read one.
@@ -150,9 +152,9 @@ pub struct Trial {
 impl Trial {
     /// Counted among the must-pass trials: a bounded subject only once the window reaches half
     /// again past its fill point.
-    fn eligible(&self, warmup: usize) -> bool {
+    fn eligible(&self) -> bool {
         self.truth.must_pass
-            && (warmup + self.n) as f64 >= 1.5 * self.truth.fills_after_requests as f64
+            && (self.warmup + self.n) as f64 >= 1.5 * self.truth.fills_after_requests as f64
     }
 
     /// The leak found: a failure along the axis the subject was built with (for one series
@@ -174,47 +176,47 @@ impl Trial {
 }
 
 /// Every recording judged over every window.
-pub fn trials(entries: &[Entry]) -> Vec<(usize, Trial)> {
-    let mut out = Vec::new();
-    for e in entries {
-        let evidence = &e.scan.evidence;
-        for n in WINDOWS {
-            let w = window(evidence, n);
-            let j = judge(&w, None);
-            let fails = j
-                .series
+pub fn trials(entries: &[Entry]) -> Vec<Trial> {
+    let t = Thresholds::default();
+    entries
+        .iter()
+        .flat_map(|e| WINDOWS.map(|n| trial(e, n, &t)))
+        .collect()
+}
+
+/// One recording judged over its first `n` judged requests under thresholds `t`.
+pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
+    let w = window(&e.scan.evidence, n);
+    let j = judge_with(&w, None, t);
+    let fails = j
+        .series
+        .iter()
+        .map(|s| (s.series.clone(), s.ops.is_some_and(|o| o.fails())))
+        .collect();
+    let sigma = w
+        .series
+        .iter()
+        .map(|s| {
+            let judged: Vec<(u64, i64)> = s
+                .samples
                 .iter()
-                .map(|s| (s.series.clone(), s.ops.is_some_and(|o| o.fails())))
+                .copied()
+                .filter(|x| x.0 >= w.warmup as u64)
                 .collect();
-            let sigma = w
-                .series
-                .iter()
-                .map(|s| {
-                    let judged: Vec<(u64, i64)> = s
-                        .samples
-                        .iter()
-                        .copied()
-                        .filter(|x| x.0 >= w.warmup as u64)
-                        .collect();
-                    (s.name.clone(), residual_sigma(&judged))
-                })
-                .collect();
-            out.push((
-                w.warmup,
-                Trial {
-                    regime: e.regime.clone(),
-                    side: Side::of(&e.subject),
-                    truth: e.truth.clone(),
-                    n,
-                    outcome: j.outcome,
-                    axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
-                    fails,
-                    sigma,
-                },
-            ));
-        }
+            (s.name.clone(), residual_sigma(&judged))
+        })
+        .collect();
+    Trial {
+        regime: e.regime.clone(),
+        side: Side::of(&e.subject),
+        truth: e.truth.clone(),
+        warmup: w.warmup,
+        n,
+        outcome: j.outcome,
+        axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
+        fails,
+        sigma,
     }
-    out
 }
 
 /// The standard deviation of the residuals of a least-squares line through `samples`.
@@ -261,13 +263,13 @@ fn human(bytes: f64) -> String {
 /// The measured table, as markdown: per regime (and all together), per side, per series kind.
 pub fn table(entries: &[Entry]) -> String {
     let trials = trials(entries);
-    let mut regimes: Vec<String> = trials.iter().map(|(_, t)| t.regime.clone()).collect();
+    let mut regimes: Vec<String> = trials.iter().map(|t| t.regime.clone()).collect();
     regimes.sort();
     regimes.dedup();
     let mut rungs: Vec<u64> = trials
         .iter()
-        .filter(|(_, t)| !t.truth.must_pass)
-        .map(|(_, t)| t.truth.leak_bytes_per_request)
+        .filter(|t| !t.truth.must_pass)
+        .map(|t| t.truth.leak_bytes_per_request)
         .collect();
     rungs.sort();
     rungs.dedup();
@@ -312,8 +314,7 @@ pub fn table(entries: &[Entry]) -> String {
             for n in WINDOWS {
                 let passing: Vec<&Trial> = trials
                     .iter()
-                    .filter(|(w, t)| of(t) && t.n == n && t.eligible(*w))
-                    .map(|(_, t)| t)
+                    .filter(|t| of(t) && t.n == n && t.eligible())
                     .collect();
                 alarms.push(format!(
                     "{}/{}",
@@ -332,7 +333,6 @@ pub fn table(entries: &[Entry]) -> String {
                 let found = rungs.iter().find(|&&r| {
                     let at: Vec<&Trial> = trials
                         .iter()
-                        .map(|(_, t)| t)
                         .filter(|t| {
                             of(t)
                                 && t.n == n
@@ -350,7 +350,6 @@ pub fn table(entries: &[Entry]) -> String {
                 let sigma = median(
                     trials
                         .iter()
-                        .map(|(_, t)| t)
                         .filter(|t| of(t) && t.n == n && !t.truth.must_pass)
                         .map(|t| {
                             t.sigma
@@ -364,7 +363,6 @@ pub fn table(entries: &[Entry]) -> String {
             }
             let two: Vec<&Trial> = trials
                 .iter()
-                .map(|(_, t)| t)
                 .filter(|t| {
                     of(t)
                         && t.n == 600
@@ -399,16 +397,11 @@ pub fn table(entries: &[Entry]) -> String {
 }
 
 /// The goals, each against what the table measured.
-fn goals(trials: &[(usize, Trial)]) -> String {
-    let passing: Vec<&Trial> = trials
-        .iter()
-        .filter(|(w, t)| t.eligible(*w))
-        .map(|(_, t)| t)
-        .collect();
+fn goals(trials: &[Trial]) -> String {
+    let passing: Vec<&Trial> = trials.iter().filter(|t| t.eligible()).collect();
     let alarms = passing.iter().filter(|t| t.false_alarm(None)).count();
     let two: Vec<&Trial> = trials
         .iter()
-        .map(|(_, t)| t)
         .filter(|t| {
             t.side == Side::Validation
                 && t.n == 600
@@ -428,12 +421,12 @@ fn goals(trials: &[(usize, Trial)]) -> String {
 
 /// Every must-pass trial that failed, and every leaky trial at 1,000 judged requests that was
 /// not found: named, so a reader sees what the counts hide.
-fn misses(trials: &[(usize, Trial)]) -> String {
+fn misses(trials: &[Trial]) -> String {
     let mut alarms: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut missed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (w, t) in trials {
+    for t in trials {
         let key = format!("{} ({}, {})", t.truth.subject, t.regime, t.side.name());
-        if t.eligible(*w) && t.false_alarm(None) {
+        if t.eligible() && t.false_alarm(None) {
             alarms.entry(key).or_default().push(t.n.to_string());
         } else if !t.truth.must_pass && t.n == 1000 && !t.found(None) {
             missed.entry(key).or_default().push(format!(
@@ -471,19 +464,14 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
         .iter()
         .filter(|e| Side::of(&e.subject) == Side::Calibration)
         .collect();
-    let fails = |e: &Entry, n: usize, floor: f64| {
-        let t = leaklab_judge::Thresholds {
-            host_noise_floor: floor,
-        };
-        let w = window(&e.scan.evidence, n);
-        leaklab_judge::judge_with(&w, None, &t)
+    let under = |floor: f64| Thresholds {
+        host_noise_floor: floor,
     };
     let lower = grid.iter().copied().find(|&floor| {
         calibration.iter().filter(|e| e.truth.must_pass).all(|e| {
             WINDOWS.iter().all(|&n| {
-                let eligible = (e.scan.evidence.warmup + n) as f64
-                    >= 1.5 * e.truth.fills_after_requests as f64;
-                !eligible || fails(e, n, floor).outcome != Outcome::Fail
+                let t = trial(e, n, &under(floor));
+                !t.eligible() || !t.false_alarm(None)
             })
         })
     });
@@ -494,14 +482,7 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
     let upper = grid.iter().rev().copied().find(|&floor| {
         let found = two
             .iter()
-            .filter(|e| {
-                let j = fails(e, 600, floor);
-                j.outcome == Outcome::Fail
-                    && j.axis
-                        .map(|a| leaklab_judge::diagnosis::kebab(a.axis))
-                        .as_deref()
-                        == Some(e.truth.axis.as_str())
-            })
+            .filter(|e| trial(e, 600, &under(floor)).found(None))
             .count();
         !two.is_empty() && found as f64 >= FOUND_SHARE * two.len() as f64
     });

@@ -46,11 +46,6 @@ impl Recording {
     /// The report of this recording, judged under its own budget.
     pub fn judged(self) -> ScanReport {
         let budget = self.budget;
-        self.judged_under(budget)
-    }
-
-    /// The report of this recording, judged under `budget`.
-    pub fn judged_under(self, budget: Option<Budget>) -> ScanReport {
         let judgement = leaklab_judge::judge(&self.evidence, budget);
         let e = &self.evidence;
         ScanReport {
