@@ -16,14 +16,30 @@ pub fn ensure(program: &str, package: &str) -> bool {
     if has(program) {
         return true;
     }
+    install(package, program);
+    has(program)
+}
+
+/// Makes the file `path` (a shared library) present by installing `package` when it is
+/// missing; false when it cannot be had here.
+pub fn ensure_file(path: &std::path::Path, package: &str) -> bool {
+    if path.exists() {
+        return true;
+    }
+    install(package, &path.display().to_string());
+    path.exists()
+}
+
+/// `apt-get install` of `package` (for `what`), as root where apt-get is there.
+fn install(package: &str, what: &str) {
     let root = Command::new("id")
         .arg("-u")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false);
     if root && Command::new("apt-get").arg("--version").output().is_ok() {
-        eprintln!("leaklab: installing Debian's {package} package for {program}");
-        let install = || {
+        eprintln!("leaklab: installing Debian's {package} package for {what}");
+        let apt_get = || {
             Command::new("apt-get")
                 .args(["install", "-y", "-q", "--no-install-recommends", package])
                 .env("DEBIAN_FRONTEND", "noninteractive")
@@ -32,10 +48,9 @@ pub fn ensure(program: &str, package: &str) -> bool {
                 .unwrap_or(false)
         };
         // A fresh machine may have no package lists yet.
-        if !install() {
+        if !apt_get() {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();
-            install();
+            apt_get();
         }
     }
-    has(program)
 }

@@ -3,7 +3,8 @@
 
 use crate::process::run;
 use crate::provision::{workspace_root, Torch};
-use anyhow::Result;
+use anyhow::{bail, Result};
+use std::path::Path;
 
 /// Debian's allocators the corpus's regimes preload (lab/corpus/record.py's `REGIMES`).
 const ALLOCATORS: [(&str, &str); 2] = [
@@ -28,11 +29,8 @@ pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
     ]);
     run(build)?;
     for (lib, package) in ALLOCATORS {
-        if !std::path::Path::new(lib).exists() {
-            let mut apt = std::process::Command::new("apt-get");
-            apt.args(["install", "-y", "-q", "--no-install-recommends", package])
-                .env("DEBIAN_FRONTEND", "noninteractive");
-            run(apt)?;
+        if !crate::apt::ensure_file(Path::new(lib), package) {
+            bail!("{lib} is missing and could not be installed: apt-get install {package}");
         }
     }
     let mut record = torch.python_command("the corpus's recordings")?;

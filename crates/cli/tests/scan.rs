@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{body, leaklab, python, rust, service_exe, skip_missing, twin, Service};
+use common::{body, leaklab, python, rust, rust_faulty, skip_missing, twin, Service};
 use std::path::Path;
 use std::process::Command;
 
@@ -738,17 +738,7 @@ fn first_error(report: &serde_json::Value) -> &str {
 fn a_service_that_dies_mid_scan_leaves_a_report_of_what_was_measured() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
-    let mut c = Command::new(service_exe());
-    c.env("LEAKLAB_CRASH_AFTER", "refs-leaky:220").args([
-        "serve",
-        "--variant",
-        "refs-leaky",
-        "--port",
-        "0",
-        "--threads",
-        "1",
-    ]);
-    let service = Service::start(c);
+    let service = rust_faulty("refs-leaky", "LEAKLAB_CRASH_AFTER", 220);
     let out = dir.path().join("died");
     let pid = service.pid();
     let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "20"];
@@ -774,25 +764,11 @@ fn a_service_that_dies_mid_scan_leaves_a_report_of_what_was_measured() {
 fn a_target_that_starts_failing_is_never_passed_and_a_leak_proven_before_still_fails() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
-    let failing = |variant: &str, after: u32| {
-        let mut c = Command::new(service_exe());
-        c.env("LEAKLAB_FAIL_AFTER", format!("{variant}:{after}"))
-            .args([
-                "serve",
-                "--variant",
-                variant,
-                "--port",
-                "0",
-                "--threads",
-                "1",
-            ]);
-        Service::start(c)
-    };
     for (variant, after, code, words) in [
         ("refs-fixed", 120, 2, "no verdict from a failing target"),
         ("refs-leaky", 240, 1, "the verdict is the leak proven"),
     ] {
-        let service = failing(variant, after);
+        let service = rust_faulty(variant, "LEAKLAB_FAIL_AFTER", after);
         let out = dir.path().join(variant);
         let pid = service.pid();
         let mut flags = vec!["--pid", &pid, "--requests", "400", "--warmup", "20"];

@@ -170,6 +170,24 @@ pub fn rust_with(variant: &str, extra: &[&str]) -> Service {
     Service::start(c)
 }
 
+/// The lab's Rust service with a fault injected after `after` requests: `var` is
+/// `LEAKLAB_CRASH_AFTER` (it aborts) or `LEAKLAB_FAIL_AFTER` (it answers HTTP 500), as
+/// crates/service/src/fault.rs reads them.
+#[allow(dead_code)]
+pub fn rust_faulty(variant: &str, var: &str, after: u32) -> Service {
+    let mut c = Command::new(service_exe());
+    c.env(var, format!("{variant}:{after}")).args([
+        "serve",
+        "--variant",
+        variant,
+        "--port",
+        "0",
+        "--threads",
+        "1",
+    ]);
+    Service::start(c)
+}
+
 /// A request body of the lab's model (8 rows × 512), as a user would save one.
 #[allow(dead_code)]
 pub fn body(dir: &Path) -> PathBuf {
