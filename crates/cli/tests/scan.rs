@@ -790,6 +790,11 @@ fn a_target_that_starts_failing_is_never_passed_and_a_leak_proven_before_still_f
             "{variant}: {notes}"
         );
         assert!(first_error(&report).contains("HTTP 500"), "{report}");
+        if code == 2 {
+            // Nothing of a failing target passes: no series carries an ops verdict.
+            let series = report["series"].as_array().unwrap();
+            assert!(series.iter().all(|s| s["ops"].is_null()), "{report}");
+        }
         assert!(
             out.join("report.md").exists(),
             "the report of what was measured is kept"

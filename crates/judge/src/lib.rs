@@ -167,7 +167,7 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     // there fails (a service dying of its leak), and anything else cannot be judged, since the
     // memory of a service that answers errors says nothing of the one that serves.
     let failing_from = evidence.failing_from;
-    let series = judge_series_with(evidence, budget, failing_from, t);
+    let mut series = judge_series_with(evidence, budget, failing_from, t);
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
     } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
@@ -176,6 +176,11 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
         Outcome::CannotJudge
     };
     if let Some(from) = failing_from {
+        // A series of a failing target that proved no leak passes nothing: its figures stay,
+        // its ops verdict goes (the report's result column says it could not be judged).
+        for s in series.iter_mut().filter(|s| !s.ops.is_some_and(Ops::fails)) {
+            s.ops = None;
+        }
         let judged = from.saturating_sub(evidence.warmup as u64);
         notes.push(match outcome {
             Outcome::Fail => format!("the target began failing at request {from}: the verdict is the leak proven on the {judged} judged requests answered before it; the failures may be that leak running out of memory"),
@@ -332,8 +337,9 @@ mod tests {
             "{:?}",
             failed.notes
         );
-        // Judged on the samples before the failures, and every sample kept.
+        // Judged on the samples before the failures, and every sample kept; no series passes.
         assert_eq!(failed.series[0].judgement.as_ref().unwrap().samples, 130);
+        assert_eq!(failed.series[0].ops, None);
         assert_eq!(failed.series[0].samples.len(), 300);
         let leak = judge(&evidence(200_000, 300, Some(150)), None);
         assert_eq!(leak.outcome, Outcome::Fail);

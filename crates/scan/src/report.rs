@@ -21,9 +21,12 @@ pub fn series_row(s: &SeriesResult) -> Vec<Cell> {
             Cell::new("cannot judge").tone(Tone::Warn),
         ];
     };
+    // No ops verdict on a judged series: the target failed, and nothing of it can pass.
     let result = s
         .ops
-        .map_or(Cell::new("-"), |o| Cell::new(o.label()).tone(o));
+        .map_or(Cell::new("cannot judge").tone(Tone::Warn), |o| {
+            Cell::new(o.label()).tone(o)
+        });
     vec![
         Cell::code(&s.series),
         Cell::new(j.verdict.to_string()).tone(j.verdict),
