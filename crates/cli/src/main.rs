@@ -617,8 +617,8 @@ struct JudgeArgs {
     /// The request document (`leaklab_scan::judge::JudgeRequest`, docs/pytest.md), or - for stdin.
     #[arg(required_unless_present = "evidence", conflicts_with = "evidence")]
     input: Option<PathBuf>,
-    /// Re-judge a scan's recording (the `evidence.json` beside its report) and print its report
-    /// as the scan did.
+    /// Re-judge a scan's or a watch's recording (the `evidence.json`, or `evidence.json.gz`,
+    /// beside its report) and print its report as the scan or the watch did.
     #[arg(long, value_name = "FILE")]
     evidence: Option<PathBuf>,
     /// With --evidence: write the report's files (report.md, report.json, report.html, the
@@ -657,12 +657,29 @@ fn main() -> ExitCode {
         Command::Watch(a) => watch(*a),
         Command::Snapshot(cmd) => snapshot(cmd),
         Command::Judge(a) => match (a.evidence, a.input) {
-            (Some(file), _) => finish(
-                "judge",
-                leaklab_scan::recording::Recording::read(&file).map(|r| r.judged()),
-                &a.out
-                    .map_or(Output::stdout(a.json), |dir| Output::folder(&dir, a.json)),
-            ),
+            (Some(file), _) => {
+                let output = a
+                    .out
+                    .map_or(Output::stdout(a.json), |dir| Output::folder(&dir, a.json));
+                let read = leaklab_scan::recording::read_document(&file);
+                let schema = read
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| v.pointer("/evidence/schema"));
+                if leaklab_judge::watch::is_watch(schema) {
+                    let watched = read.and_then(|v| {
+                        leaklab_watch::recording::WatchRecording::from_value(v)
+                            .map_err(|e| e.context(file.display().to_string()))
+                    });
+                    finish("judge", watched.map(|r| r.judged()), &output)
+                } else {
+                    let scanned = read.and_then(|v| {
+                        leaklab_scan::recording::Recording::from_value(v)
+                            .map_err(|e| e.context(file.display().to_string()))
+                    });
+                    finish("judge", scanned.map(|r| r.judged()), &output)
+                }
+            }
             (None, Some(input)) => finish(
                 "judge",
                 leaklab_scan::judge::judge_file(&input),

@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{body, leaklab, python, rust, rust_faulty, skip_missing, twin, Service};
+use common::{
+    assert_rejudged_alike, body, leaklab, python, rust, rust_faulty, skip_missing, twin, Service,
+};
 use std::path::Path;
 use std::process::Command;
 
@@ -31,29 +33,6 @@ fn scan(url: &str, body: &Path, out: &Path, extra: &[&str]) -> (i32, serde_json:
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let report = serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
     (output.status.code().unwrap_or(-1), report, stderr)
-}
-
-/// The scan's recording beside its report (`evidence.json`), re-judged by `leaklab judge
-/// --evidence`: the same exit code and the same report, to the last figure, as the live scan's.
-fn assert_rejudged_alike(out: &Path, code: i32, live: &serde_json::Value) {
-    let evidence = out.join("evidence.json");
-    let again = leaklab()
-        .args(["judge", "--json", "--evidence"])
-        .arg(&evidence)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}: {}",
-            evidence.display(),
-            String::from_utf8_lossy(&again.stderr)
-        )
-    });
-    assert_eq!(again.status.code(), Some(code), "{report}");
-    assert!(
-        report == *live,
-        "re-judged differently:\n{report}\nlive:\n{live}"
-    );
 }
 
 fn series<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{leaklab, skip_missing, Service};
+use common::{assert_rejudged_alike, leaklab, skip_missing, Service};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -303,6 +303,8 @@ fn watch_one(test: &str, variant: &str, interrupt: Option<&str>) -> Option<Watch
     assert_eq!(runs.len(), 1, "{variant}: no restart: {}", report["runs"]);
     // The agent counted exactly what the generator sent (the watch sent nothing).
     assert_eq!(runs[0]["requests"], sent, "{variant}");
+    // The watch's recording re-judged reads exactly as the watch did.
+    assert_rejudged_alike(dir.path(), code, &report);
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     Some(Watched {
         code,

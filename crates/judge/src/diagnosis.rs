@@ -398,16 +398,107 @@ pub fn owner_per(
     collector: Option<&Collector>,
     step: &str,
 ) -> OwnerReading {
+    let weighed = census_owner(
+        &Weighed {
+            per_step: axis.judged.slope.bytes_per_request,
+            step,
+            steps: None,
+            python_mechanism: format!(
+                "a Python holder reachable from a root keeps what each {step} leaves"
+            ),
+            native: native_mechanism(axis.axis),
+            without: (
+                "Python or native: not told apart without the agent's census (mount it and scan with --agent)",
+                "scan again with --agent to name the owner",
+            ),
+        },
+        census,
+        collector,
+    );
+    match axis.axis {
+        // Not "nothing grows": a growth read as the service settling has a slope of its own.
+        Axis::None => weighed.instead(
+            Owner::None,
+            "no growth to own (the axis: flat, or the service settling)".into(),
+            "none",
+            "none needed".into(),
+        ),
+        Axis::OtherProcess => {
+            let child = axis
+                .processes
+                .iter()
+                .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
+            let who = child.map_or("a child process".into(), |c| {
+                format!("child process {} ({})", c.pid, c.command)
+            });
+            weighed.instead(
+                Owner::OtherProcess,
+                format!("{who}: the service process's own memory is flat, so a census inside it finds nothing"),
+                "a worker process of the service keeps what the requests give it",
+                format!("look inside that process: leaklab scan --pid {} (its census, where it serves the agent)", child.map_or(0, |c| c.pid)),
+            )
+        }
+        _ => weighed,
+    }
+}
+
+/// What a census is weighed against: the memory's growth a step, by the axis's own rate.
+pub struct Weighed<'a> {
+    /// Bytes the memory grew a step.
+    pub per_step: f64,
+    /// What a step is, in the words ("request", "call", "second").
+    pub step: &'a str,
+    /// The steps between the two censuses, where they are not the census's own count of
+    /// requests (the watch's seconds, for a growth by the clock).
+    pub steps: Option<f64>,
+    /// The mechanism where a Python holder owns it.
+    pub python_mechanism: String,
+    /// The mechanism and the fix where the growth is native and nothing names it.
+    pub native: (&'a str, &'a str),
+    /// The words and the fix where there is no census to tell Python from native.
+    pub without: (&'a str, &'a str),
+}
+
+impl OwnerReading {
+    /// Another owner than the census's rule reads, its holder, share and findings kept (an axis
+    /// that says where the growth is without a census: nowhere, another process).
+    pub fn instead(
+        self,
+        owner: Owner,
+        words: String,
+        mechanism: &str,
+        fix: String,
+    ) -> OwnerReading {
+        OwnerReading {
+            owner,
+            words,
+            mechanism: mechanism.to_string(),
+            fix,
+            ..self
+        }
+    }
+}
+
+/// The one rule for Python against native, for the scan, the watch and the plugin alike: Python
+/// owns a growth where the census's top holder grew and the census holds enough of what the
+/// memory grew ([`python_owns`]); tensors held from native code are not Python's; a disabled
+/// collector is said, and names the mechanism where Python owns it.
+pub fn census_owner(
+    w: &Weighed,
+    census: Option<&CensusDiff>,
+    collector: Option<&Collector>,
+) -> OwnerReading {
     let mut findings = Vec::new();
     let gc_off = collector.is_some_and(|c| !c.enabled);
     if gc_off {
         findings.push("gc is disabled in the process (gc.disable()): reference cycles are never collected, whatever they hold".to_string());
     }
-    let per = axis.judged.slope.bytes_per_request;
+    let (per, step) = (w.per_step, w.step);
+    let steps = |c: &CensusDiff| w.steps.unwrap_or(c.steps as f64).max(1.0);
     // Tensors the census found held from native code (no Python referrer) are not Python's:
     // Python's share is what every tensor gained less those.
-    let held = census.map(|c| c.total_bytes as f64 / c.steps.max(1) as f64);
-    let native_held = census.map_or(0.0, |c| c.native_bytes() / c.steps.max(1) as f64);
+    let held = census.map(|c| c.total_bytes as f64 / steps(c));
+    let native_held = census.map_or(0.0, |c| c.native_bytes() / steps(c));
     let share = held
         .filter(|_| per > 0.0)
         .map(|h| (h - native_held).max(0.0) / per);
@@ -428,81 +519,60 @@ pub fn owner_per(
             human_bytes(per)
         )
     };
-    match axis.axis {
-        // Not "nothing grows": a growth read as the service settling has a slope of its own.
-        Axis::None => reading(
-            Owner::None,
-            "no growth to own (the axis: flat, or the service settling)".into(),
-            "none",
-            "none needed",
-        ),
-        Axis::OtherProcess => {
-            let child = axis
-                .processes
-                .iter()
-                .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
-            let who = child.map_or("a child process".into(), |c| {
-                format!("child process {} ({})", c.pid, c.command)
-            });
+    match (census, held, share) {
+        (Some(c), Some(held), Some(s))
+            if top.is_some_and(|t| python_owns(s, t.tensors as f64 / steps(c))) =>
+        {
+            let holder = top.expect("a Python holder grew");
+            let mechanism = if gc_off {
+                "reference cycles kept because the collector is disabled".to_string()
+            } else {
+                w.python_mechanism.clone()
+            };
+            let fix = if gc_off {
+                "gc.enable() (or gc.collect() on a schedule), or break the cycle".to_string()
+            } else {
+                holder.fix(step)
+            };
             reading(
-                Owner::OtherProcess,
-                format!("{who}: the service process's own memory is flat, so a census inside it finds nothing"),
-                "a worker process of the service keeps what the requests give it",
-                &format!("look inside that process: leaklab scan --pid {} (its census, where it serves the agent)", child.map_or(0, |c| c.pid)),
+                Owner::Python,
+                format!(
+                    "{}: `{}` ({}) grew most",
+                    share_words(held),
+                    holder.holder,
+                    holder.kind_words()
+                ),
+                &mechanism,
+                &fix,
             )
         }
-        _ => match (census, held, share) {
-            (Some(c), Some(held), Some(s))
-                if top.is_some_and(|t| {
-                    python_owns(s, t.tensors as f64 / c.steps.max(1) as f64)
-                }) =>
-            {
-                let holder = top.expect("a Python holder grew");
-                let mechanism = if gc_off {
-                    "reference cycles kept because the collector is disabled".to_string()
-                } else {
-                    format!("a Python holder reachable from a root keeps what each {step} leaves")
-                };
-                let fix = if gc_off {
-                    "gc.enable() (or gc.collect() on a schedule), or break the cycle".to_string()
-                } else {
-                    holder.fix(step)
-                };
-                reading(
-                    Owner::Python,
-                    format!("{}: `{}` ({}) grew most", share_words(held), holder.holder, holder.kind_words()),
-                    &mechanism,
-                    &fix,
+        (Some(_), Some(held), _) => {
+            let (mechanism, fix) = if native_held >= PYTHON_SHARE * per && per > 0.0 {
+                ("tensors kept alive from native code with no Python referrer (a C++ reference cycle, such as an autograd graph that holds its own input after backward(create_graph=True))", "break the cycle where the tensors are made (for create_graph, clear the inputs' .grad or use torch.autograd.grad with inputs=), and --native names the allocating stacks")
+            } else {
+                w.native
+            };
+            let from_native = if native_held > 0.0 {
+                format!(
+                    " ({} of it held from native code, no Python referrer)",
+                    human_bytes(native_held)
                 )
-            }
-            (Some(_), Some(held), _) => {
-                let (mechanism, fix) = if native_held >= PYTHON_SHARE * per && per > 0.0 {
-                    ("tensors kept alive from native code with no Python referrer (a C++ reference cycle, such as an autograd graph that holds its own input after backward(create_graph=True))", "break the cycle where the tensors are made (for create_graph, clear the inputs' .grad or use torch.autograd.grad with inputs=), and --native names the allocating stacks")
-                } else {
-                    native_mechanism(axis.axis)
-                };
-                let from_native = if native_held > 0.0 {
-                    format!(
-                        " ({} of it held from native code, no Python referrer)",
-                        human_bytes(native_held)
-                    )
-                } else {
-                    String::new()
-                };
-                reading(
-                    Owner::Native,
-                    format!("{}{from_native}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)", share_words(held)),
-                    mechanism,
-                    fix,
-                )
-            }
-            _ => reading(
-                Owner::Unknown,
-                "Python or native: not told apart without the agent's census (mount it and scan with --agent)".into(),
-                "not named without the agent",
-                "scan again with --agent to name the owner",
-            ),
-        },
+            } else {
+                String::new()
+            };
+            reading(
+                Owner::Native,
+                format!("{}{from_native}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)", share_words(held)),
+                mechanism,
+                fix,
+            )
+        }
+        _ => reading(
+            Owner::Unknown,
+            w.without.0.into(),
+            "not named without the agent",
+            w.without.1,
+        ),
     }
 }
 
@@ -531,7 +601,20 @@ fn native_mechanism(axis: Axis) -> (&'static str, &'static str) {
 
 /// The report's first lines: verdict, axis, owner, mechanism, fix.
 pub fn first_lines(verdict: &str, axis: &AxisReading, owner: &OwnerReading) -> Vec<String> {
-    let mut axis_words = axis.axis.words().to_string();
+    first_lines_per(verdict, axis, owner, "request")
+}
+
+/// [`first_lines`], the axis said per `step` where it is per request ("per call": a check).
+pub fn first_lines_per(
+    verdict: &str,
+    axis: &AxisReading,
+    owner: &OwnerReading,
+    step: &str,
+) -> Vec<String> {
+    let mut axis_words = match axis.axis {
+        Axis::PerRequest => format!("per {step}"),
+        other => other.words().to_string(),
+    };
     if axis.bounded {
         axis_words.push_str(", bounded");
     }

@@ -1,17 +1,20 @@
 //! The judgement: one pure function, [`judge`], from recorded [`Evidence`] and a budget to a
 //! [`Judgement`] (the outcome, each series' verdict and time to OOM, the axis memory grows
-//! along, its owner, mechanism and fix). No I/O: the front ends (`leaklab scan`) measure, hand
-//! over evidence and render the judgement, and `leaklab judge --evidence FILE` re-judges a
-//! recording exactly as the live run did.
+//! along, its owner, mechanism and fix). No I/O: the front ends (`leaklab scan`, `leaklab
+//! watch`: [`watch::judge_watch`] over its looks) measure, hand over evidence and render the
+//! judgement, and `leaklab judge --evidence FILE` re-judges a recording exactly as the live run
+//! did.
 //!
 //! Every threshold lives in [`thresholds`]; the noise floor of host memory is said there once.
 
 pub mod agent;
+pub mod calls;
 pub mod diagnosis;
 pub mod evidence;
 pub mod thresholds;
 pub mod tree;
 pub mod verdict;
+pub mod watch;
 
 pub use evidence::{Evidence, Kind};
 use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample, Verdict};
@@ -356,10 +359,17 @@ mod tests {
 
     #[test]
     fn a_recording_read_back_is_judged_exactly_as_it_was() {
-        let recorded = evidence(3_000, 600, None);
+        let mut recorded = evidence(3_000, 600, None);
+        // Floats read back bit for bit (serde_json's float_roundtrip): a watch's look times
+        // such as these read 1 ulp off without it, and its re-judged idle seconds with them.
+        recorded.requests_per_second = 1.6022966589999998;
         let json = serde_json::to_string(&recorded).unwrap();
         let read: Evidence = serde_json::from_str(&json).unwrap();
         assert_eq!(read, recorded);
+        for x in (1..2_000u64).map(|i| i as f64 * 0.200_301_7 + 1e-9 * i as f64) {
+            let back: f64 = serde_json::from_str(&serde_json::to_string(&x).unwrap()).unwrap();
+            assert_eq!(back.to_bits(), x.to_bits(), "{x}");
+        }
         let (a, b) = (judge(&recorded, None), judge(&read, None));
         assert_eq!(
             serde_json::to_value(&a).unwrap(),

@@ -64,7 +64,9 @@ pub const SERIES_HEADER: [&str; 7] = [
 ];
 
 /// How each series is judged, said under its table and its charts.
-const METHOD: &str = "Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself (at least 65.54 kB for host memory, which moves in allocator steps); the time to OOM is at the budget's request rate (without a budget, at the rate the scan drove), from the floor now to the series' capacity.";
+fn method() -> String {
+    format!("Each series is judged on its floor (the minimum of each window of samples), with its noise estimated from the series itself (at least {} for host memory, which moves in allocator steps); the time to OOM is at the budget's request rate (without a budget, at the rate the scan drove), from the floor now to the series' capacity.", human_bytes(leaklab_judge::thresholds::HOST_NOISE_FLOOR))
+}
 
 impl ScanReport {
     fn series_table(&self) -> Table {
@@ -352,7 +354,7 @@ impl Report for ScanReport {
     fn page(&self) -> Option<Page> {
         let mut page = Page::new("leaklab scan", &self.url, self.page_summary()).section(
             Section::new("Series")
-                .table(self.series_table().caption(METHOD))
+                .table(self.series_table().caption(method()))
                 .notes(&self.notes),
         );
         if let Some(c) = &self.census {
@@ -421,7 +423,7 @@ impl Report for ScanReport {
                         None => self.budget_words(),
                     },
                 ),
-                ("method".into(), METHOD.into()),
+                ("method".into(), method()),
             ])),
         )
     }
@@ -434,14 +436,13 @@ impl Report for ScanReport {
         if let Some(recording) = &self.recording {
             // What the judgement read, to re-judge with `leaklab judge --evidence`.
             let json = serde_json::to_vec(recording).expect("a recording serialises");
-            files.push(Attachment::new(EVIDENCE_FILE, json));
+            files.push(crate::recording::attachment(json));
         }
         Ok(files)
     }
 }
 
-/// The recording's name in the report's folder.
-pub const EVIDENCE_FILE: &str = "evidence.json";
+pub use crate::recording::EVIDENCE_FILE;
 
 /// A file name for a series (metric selectors carry braces and quotes).
 pub fn file_name(series: &str) -> String {

@@ -3,28 +3,30 @@
 //! Every interval it looks at the service's own request count (the agent's `stats`, summed over
 //! its workers, or the service's Prometheus counter) and its memory (the process tree, the
 //! cgroup, the GPU, or the agent's figures), for a duration from minutes to days. The looks are
-//! cut into runs at each restart ([`judge::runs`]); each run's memory is judged per request by
-//! the scan's detector on the looks where the count moved, and apart from that per hour while no
-//! request arrives ([`judge`]). A live line says the verdict so far; the end, Ctrl-C or SIGTERM
-//! keeps the report (report.html, JSON, plots). With the agent it takes the tensor census at the
-//! start and, on a leak, again at the end (and on CUDA the snapshot): the holders that grew
-//! between them name the owner ([`diagnosis`]: verdict, axis, owner first). Exit codes as the
-//! scan's: 0 pass, 1 fail, 2 no verdict yet.
+//! cut into runs at each restart; each run's memory is judged per request by the scan's detector
+//! on the looks where the count moved, and apart from that per hour while no request arrives. A
+//! live line says the verdict so far; the end, Ctrl-C or SIGTERM keeps the report (report.html,
+//! JSON, plots, and `evidence.json`, what the judgement read). With the agent it takes the tensor
+//! census at the start and, on a leak, again at the end (and on CUDA the snapshot): the holders
+//! that grew between them name the owner (verdict, axis, owner first). The watch measures; the
+//! judgement is [`leaklab_judge::watch::judge_watch`] over its [`WatchEvidence`]. Exit codes as
+//! the scan's: 0 pass, 1 fail, 2 no verdict yet.
 
 pub mod cadence;
-pub mod diagnosis;
-pub mod judge;
+pub mod recording;
 pub mod report;
 pub mod sample;
 
 use anyhow::{bail, Context, Result};
-use judge::{IdleFinding, Judging, RunResult};
 use leaklab_detect::budget::{Budget, Named};
+use leaklab_judge::watch::looks::{self, Point, RunResult};
+pub use leaklab_judge::watch::{diagnosis, WatchEvidence};
 use leaklab_report::{human_bytes, human_duration, Outcome};
 use leaklab_scan::agent::{Census, CensusDiff};
 use leaklab_scan::diagnosis::OwnerReading;
 use leaklab_scan::signals::{Kind, Signal};
-use sample::{Counter, Point, Sampler};
+use recording::WatchRecording;
+use sample::{Counter, Sampler};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -116,6 +118,9 @@ pub struct WatchReport {
     pub notes: Vec<String>,
     /// Every look, for another analysis.
     pub points: Vec<Point>,
+    /// What the judgement read and what the report says beside it: `evidence.json`.
+    #[serde(skip)]
+    pub recording: Option<WatchRecording>,
 }
 
 /// Seconds of looks that may fail in a row before the watch says the service is gone.
@@ -186,6 +191,7 @@ pub fn run(cmd: WatchCommand) -> Result<WatchReport> {
         signals,
         gauges: cmd.series.clone(),
         kinds: BTreeMap::new(),
+        collector: None,
     };
     runtime.block_on(watch(&cmd, sampler, budget))
 }
@@ -219,9 +225,20 @@ fn class(kind: Kind) -> &'static str {
     }
 }
 
+/// Each series' capacity, by its kind's.
+fn capacity_of(
+    kinds: &BTreeMap<String, Kind>,
+    capacity: &BTreeMap<&'static str, Option<u64>>,
+) -> BTreeMap<String, u64> {
+    kinds
+        .iter()
+        .filter_map(|(name, k)| Some((name.clone(), capacity.get(class(*k)).copied().flatten()?)))
+        .collect()
+}
+
 /// What the looks say of the current run, for the next interval ([`cadence`]).
 fn seen(points: &[Point], warmup: u64) -> cadence::Seen {
-    let runs = judge::runs(points);
+    let runs = looks::runs(points);
     let Some(run) = runs.last() else {
         return cadence::Seen {
             requests: 0,
@@ -242,28 +259,6 @@ fn seen(points: &[Point], warmup: u64) -> cadence::Seen {
         seconds: last.t - first.t,
         judged_looks: counts.len(),
     }
-}
-
-/// Every run judged.
-fn judge_all(
-    points: &[Point],
-    kinds: &BTreeMap<String, Kind>,
-    capacity: &BTreeMap<&'static str, Option<u64>>,
-    warmup: u64,
-    budget: Option<Budget>,
-) -> Vec<RunResult> {
-    let capacity_of = |k: Kind| capacity.get(class(k)).copied().flatten();
-    let judging = Judging {
-        warmup,
-        budget,
-        kinds,
-        capacity: &capacity_of,
-    };
-    judge::runs(points)
-        .iter()
-        .enumerate()
-        .map(|(i, r)| judge::judge_run(i + 1, r, &judging))
-        .collect()
 }
 
 /// The live line: requests seen, the deciding series' slope and bound, time to OOM, the verdict.
@@ -307,19 +302,9 @@ fn live_line(runs: &[RunResult], missed: usize) -> String {
     if missed > 0 {
         parts.push(format!("{missed} looks missed"));
     }
-    let so_far = outcome(runs);
+    let so_far = leaklab_judge::watch::outcome(runs);
     parts.push(format!("so far: {}", so_far.answer()));
     parts.join(" | ")
-}
-
-fn outcome(runs: &[RunResult]) -> Outcome {
-    if runs.iter().any(RunResult::fails) {
-        Outcome::Fail
-    } else if runs.iter().any(RunResult::judged) {
-        Outcome::Pass
-    } else {
-        Outcome::CannotJudge
-    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM (a pod being stopped).
@@ -395,8 +380,9 @@ async fn watch(
         ))
     );
     let capacity = capacities(cmd, &sampler.signals);
-    let mut points = vec![first];
+    let mut evidence = WatchEvidence::new(cmd.warmup);
     let mut trees = vec![tree];
+    evidence.points.push(first);
     let bar = progress(cmd.quiet, cmd.duration);
     // The next look's time: a look that ran late pushes the next one back (no burst of looks).
     let mut next = tokio::time::Instant::now() + cadence.interval();
@@ -413,7 +399,7 @@ async fn watch(
         match sampler.look(t, &mut notes).await {
             Ok((p, tree)) => {
                 failing = 0;
-                points.push(p);
+                evidence.points.push(p);
                 trees.push(tree);
             }
             Err(e) => {
@@ -432,9 +418,11 @@ async fn watch(
                 }
             }
         }
-        runs = judge_all(&points, &sampler.kinds, &capacity, cmd.warmup, budget);
+        evidence.kinds.clone_from(&sampler.kinds);
+        evidence.capacity = capacity_of(&evidence.kinds, &capacity);
+        runs = evidence.runs(budget);
         let left = cmd.duration.saturating_sub(started.elapsed());
-        cadence = cadence.next(left, cmd.warmup, seen(&points, cmd.warmup));
+        cadence = cadence.next(left, cmd.warmup, seen(&evidence.points, cmd.warmup));
         next = (next + cadence.interval()).max(tokio::time::Instant::now());
         bar.set_position(started.elapsed().as_secs().min(cmd.duration.as_secs()));
         bar.set_message(live_line(&runs, missed));
@@ -451,29 +439,40 @@ async fn watch(
     };
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
+    evidence.kinds.clone_from(&sampler.kinds);
+    evidence.capacity = capacity_of(&evidence.kinds, &capacity);
     if runs.is_empty() {
-        runs = judge_all(&points, &sampler.kinds, &capacity, cmd.warmup, budget);
+        runs = evidence.runs(budget);
     }
-    let outcome = outcome(&runs);
-    let deciding = runs
+    // What the judgement reads of the tree: each look's processes and threads, and their
+    // command lines now.
+    let readings: Vec<(u64, leaklab_scan::tree::TreeReading)> = trees
         .iter()
-        .position(RunResult::fails)
-        .or_else(|| runs.iter().rposition(RunResult::judged));
+        .flatten()
+        .map(|(_, r)| (0, r.clone()))
+        .collect();
+    evidence.commands = leaklab_scan::tree::commands(&readings);
+    evidence.trees = trees
+        .into_iter()
+        .map(|t| t.map(|(root, r)| (root, r.look())))
+        .collect();
+    evidence.collector = sampler.collector.clone();
     // On a leak, with the agent: who holds it now against the start, and on CUDA the snapshot.
-    let (mut census, mut census_at_end, mut snapshot) = (None, None, None);
-    // Seconds between the two censuses, by the service's clock.
-    let mut between = 0.0;
-    if let (Outcome::Fail, Counter::Agent(base)) = (outcome, &sampler.counter) {
+    let mut snapshot = None;
+    if let (Outcome::Fail, Counter::Agent(base)) =
+        (leaklab_judge::watch::outcome(&runs), &sampler.counter)
+    {
         match leaklab_scan::agent::fetch(&sampler.client, base).await {
             Ok(end) => {
-                between = start_census
+                // Seconds between the two censuses, by the service's clock.
+                evidence.census_seconds = start_census
                     .as_ref()
                     .map_or(0.0, |s| end.taken_at - s.taken_at);
-                match compare(start_census.as_ref(), &end, &points) {
-                    Ok(d) => census = Some(d),
+                match compare(start_census.as_ref(), &end, &evidence.points) {
+                    Ok(d) => evidence.census = Some(d),
                     Err(why) => {
                         notes.push(why);
-                        census_at_end = Some(end);
+                        evidence.census_at_end = Some(end);
                     }
                 }
             }
@@ -483,49 +482,20 @@ async fn watch(
         }
         snapshot = cuda_snapshot(&sampler.client, base, &mut notes).await;
     }
-    let axis = deciding.map(|i| {
-        let r = judge::runs(&points)
-            .into_iter()
-            .nth(i)
-            .expect("the deciding run is one of the runs");
-        let tree = &trees[r.start..r.start + r.points.len()];
-        let (processes, threads) = match judge::tree_per_request(r.points, tree) {
-            Some((root, readings)) => leaklab_scan::tree::judge(
-                root,
-                &readings,
-                cmd.warmup,
-                leaklab_scan::HOST_NOISE_FLOOR,
-            ),
-            None => (Vec::new(), None),
-        };
-        diagnosis::axis(&runs[i], processes, threads)
-    });
-    let owner = axis
-        .as_ref()
-        .filter(|_| outcome == Outcome::Fail)
-        .map(|a| diagnosis::owner(a, census.as_ref(), between));
-    let diagnosis = diagnose(&runs, deciding, census.as_ref(), census_at_end.as_ref());
-    Ok(WatchReport {
+    let mut report = WatchRecording {
+        evidence,
         target,
-        outcome,
-        diagnosis,
         stop,
         seconds,
         interval_seconds: cadence.interval().as_secs_f64(),
         missed_looks: missed,
-        warmup: cmd.warmup,
         budget,
-        runs,
-        deciding,
-        axis,
-        owner,
-        census,
-        census_at_end,
-        snapshot_file: snapshot.as_ref().map(|_| "snapshot.pickle".to_string()),
-        snapshot,
         notes,
-        points,
-    })
+        snapshot_file: snapshot.as_ref().map(|_| "snapshot.pickle".to_string()),
+    }
+    .judged();
+    report.snapshot = snapshot;
+    Ok(report)
 }
 
 /// The holders that grew between the census at the start and the one at the end, over the
@@ -578,66 +548,6 @@ async fn cuda_snapshot(
         return None;
     }
     Some(body)
-}
-
-fn diagnose(
-    runs: &[RunResult],
-    deciding: Option<usize>,
-    census: Option<&CensusDiff>,
-    at_end: Option<&Census>,
-) -> String {
-    let Some(run) = deciding.map(|i| &runs[i]) else {
-        return "No run has enough looks at distinct request counts to judge yet.".into();
-    };
-    let growing: Vec<_> = run
-        .series
-        .iter()
-        .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
-        .collect();
-    let mut text = leaklab_scan::verdict::diagnose(&growing, census.is_some() || at_end.is_some());
-    let idle: Vec<&IdleFinding> = runs
-        .iter()
-        .flat_map(|r| &r.idle)
-        .filter(|f| f.fails())
-        .collect();
-    if let Some(f) = idle.first() {
-        if let Some((rate, low, high)) = f.bytes_per_hour {
-            let per_request = growing
-                .iter()
-                .any(|(_, v)| *v == leaklab_detect::Verdict::Leak);
-            if !per_request {
-                text = "No memory grows per request.".into();
-            }
-            text.push_str(&format!(
-                " Memory grows while no request arrives: {} {}/hour (bound {} .. {}) over {} idle: a leak by the clock (a background thread, a timer, a cache filled by time), not by requests.",
-                f.series,
-                human_bytes(rate),
-                human_bytes(low),
-                human_bytes(high),
-                human_duration(f.idle_seconds)
-            ));
-        }
-    }
-    if let Some(line) = census.and_then(|c| c.lines(1, "request").pop()) {
-        text.push_str(&format!(
-            " The agent's censuses at the watch's start and end name the holder that grew most: {line}."
-        ));
-    } else if let Some(top) = at_end.and_then(|c| c.holders.first()) {
-        text.push_str(&format!(
-            " The agent's census at the end: the largest holder is {} ({}, {} tensors, {}).",
-            top.holder,
-            top.kind,
-            top.tensors,
-            human_bytes(top.held_bytes() as f64)
-        ));
-    }
-    if runs.len() > 1 {
-        text.push_str(&format!(
-            " The service restarted {} time(s) during the watch; each run is judged apart.",
-            runs.len() - 1
-        ));
-    }
-    text
 }
 
 fn progress(quiet: bool, duration: Duration) -> indicatif::ProgressBar {

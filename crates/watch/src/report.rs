@@ -2,9 +2,9 @@
 //! evidence), for reports (markdown, report.html and its charts, drawn by `leaklab-report` as
 //! the scan's are) and for programs (`--json`, every look included).
 
-use crate::judge::{IdleFinding, RunResult};
 use crate::WatchReport;
 use leaklab_detect::budget::Ops;
+use leaklab_judge::watch::looks::{IdleFinding, RunResult};
 use leaklab_report::page::{Page, Section, Summary};
 use leaklab_report::plot::Chart;
 use leaklab_report::{human_bytes, human_duration, Attachment, Outcome, Report, Table};
@@ -12,7 +12,9 @@ use leaklab_scan::report::{file_name, series_row, time_to_oom, SERIES_HEADER};
 use leaklab_scan::SeriesResult;
 
 /// How each series is judged, said under its table.
-const METHOD: &str = "No request is sent: the watch reads the service's own request count and its memory every interval. Each run (the looks between two restarts) is judged apart, per request, on the looks where the count moved, after the run's warm-up; each series on its floor (the minimum of each window of looks) with its noise estimated from the series itself (at least 65.54 kB for host memory). Looks with no request between them are judged apart, per hour of idle time; a growth proven there is a growth by the clock, whose rate times the time since the run's first look is taken out of the per-request series before it is judged. Times to OOM are at the budget's rate, or without one at the run's own rate.";
+fn method() -> String {
+    format!("No request is sent: the watch reads the service's own request count and its memory every interval. Each run (the looks between two restarts) is judged apart, per request, on the looks where the count moved, after the run's warm-up; each series on its floor (the minimum of each window of looks) with its noise estimated from the series itself (at least {} for host memory). Looks with no request between them are judged apart, per hour of idle time; a growth proven there is a growth by the clock, whose rate times the time since the run's first look is taken out of the per-request series before it is judged. Times to OOM are at the budget's rate, or without one at the run's own rate.", human_bytes(leaklab_judge::thresholds::HOST_NOISE_FLOOR))
+}
 
 /// One sentence per series on what memory did while no request arrived.
 fn idle_line(f: &IdleFinding) -> String {
@@ -42,39 +44,39 @@ fn idle_line(f: &IdleFinding) -> String {
     }
 }
 
-impl RunResult {
-    fn heading(&self) -> String {
-        let pids = self
-            .pids
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
-        let who = if pids.is_empty() {
-            String::new()
-        } else {
-            format!(", PID {pids}")
-        };
-        let why = self
-            .restart
-            .as_ref()
-            .map_or(String::new(), |r| format!(" after a restart ({r})"));
-        format!(
-            "Run {}{why}{who}: {} requests at {:.2}/s from {:.0} s to {:.0} s, {} looks",
-            self.index,
-            self.requests,
-            self.requests_per_second,
-            self.from_seconds,
-            self.to_seconds,
-            self.looks
-        )
-    }
+/// A run's heading: its index, why it began, its PIDs, requests and looks.
+fn heading(run: &RunResult) -> String {
+    let pids = run
+        .pids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let who = if pids.is_empty() {
+        String::new()
+    } else {
+        format!(", PID {pids}")
+    };
+    let why = run
+        .restart
+        .as_ref()
+        .map_or(String::new(), |r| format!(" after a restart ({r})"));
+    format!(
+        "Run {}{why}{who}: {} requests at {:.2}/s from {:.0} s to {:.0} s, {} looks",
+        run.index,
+        run.requests,
+        run.requests_per_second,
+        run.from_seconds,
+        run.to_seconds,
+        run.looks
+    )
+}
 
-    fn table(&self) -> Table {
-        Table::new(SERIES_HEADER)
-            .numeric(&[2, 3, 4, 5])
-            .rows(self.series.iter().map(series_row))
-    }
+/// A run's series, one row each.
+fn table(run: &RunResult) -> Table {
+    Table::new(SERIES_HEADER)
+        .numeric(&[2, 3, 4, 5])
+        .rows(run.series.iter().map(series_row))
 }
 
 impl WatchReport {
@@ -139,7 +141,7 @@ impl WatchReport {
                 human_bytes(j.slope.bytes_per_request)
             )
         });
-        crate::diagnosis::first_lines(
+        leaklab_judge::watch::diagnosis::first_lines(
             &format!("{answer}: {words}{deciding}"),
             self.axis.as_ref(),
             self.owner.as_ref(),
@@ -180,8 +182,8 @@ impl WatchReport {
         let mut out = self.first_lines();
         out.push(String::new());
         for run in &self.runs {
-            out.push(run.heading());
-            out.push(run.table().text());
+            out.push(heading(run));
+            out.push(table(run).text());
             for f in &run.idle {
                 out.push(format!("  {}", idle_line(f)));
             }
@@ -240,7 +242,7 @@ impl WatchReport {
         let (answer, words) = self.outcome_words();
         let mut figures = Vec::new();
         if let Some(run) = self.deciding.map(|i| &self.runs[i]) {
-            figures.push(("deciding run".to_string(), run.heading()));
+            figures.push(("deciding run".to_string(), heading(run)));
             let s = run
                 .series
                 .iter()
@@ -286,8 +288,8 @@ impl WatchReport {
             self.summary().replace('\n', "\n\n")
         );
         for run in &self.runs {
-            md.push_str(&format!("## {}\n\n", run.heading()));
-            md.push_str(&run.table().markdown());
+            md.push_str(&format!("## {}\n\n", heading(run)));
+            md.push_str(&table(run).markdown());
             md.push('\n');
             for f in &run.idle {
                 md.push_str(&format!("- {}\n", idle_line(f)));
@@ -330,8 +332,8 @@ impl Report for WatchReport {
         let charts = self.charts();
         for run in &self.runs {
             let idle: Vec<String> = run.idle.iter().map(idle_line).collect();
-            let mut section = Section::new(run.heading())
-                .table(run.table().caption(METHOD))
+            let mut section = Section::new(heading(run))
+                .table(table(run).caption(method()))
                 .notes(&idle);
             for (_, s, chart) in charts.iter().filter(|(r, _, _)| r.index == run.index) {
                 let (Some(j), Ok(svg)) = (&s.judgement, chart.svg()) else {
@@ -378,7 +380,7 @@ impl Report for WatchReport {
                         ("target".into(), self.target.clone()),
                         ("looks".into(), self.evidence()),
                         ("budget".into(), self.budget_words()),
-                        ("method".into(), METHOD.into()),
+                        ("method".into(), method()),
                     ])
                     .notes(&self.notes),
             ),
@@ -392,6 +394,11 @@ impl Report for WatchReport {
         }
         if let (Some(name), Some(bytes)) = (&self.snapshot_file, &self.snapshot) {
             files.push(Attachment::new(name.clone(), bytes.clone()));
+        }
+        if let Some(recording) = &self.recording {
+            // What the judgement read, to re-judge with `leaklab judge --evidence`.
+            let json = serde_json::to_vec(recording).expect("a recording serialises");
+            files.push(leaklab_scan::recording::attachment(json));
         }
         Ok(files)
     }

@@ -4,27 +4,12 @@
 //! own routes: the agent's routes and `/metrics` are not counted as requests.
 
 use anyhow::{anyhow, bail, Result};
+pub use leaklab_judge::watch::looks::Point;
+use leaklab_scan::agent::Collector;
 use leaklab_scan::signals::{kind_of, pick, Kind, Signal};
 use leaklab_scan::tree::TreeReading;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
-
-/// What one look saw.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Point {
-    /// Seconds since the watch started.
-    pub t: f64,
-    /// Requests answered since the serving processes started (summed over the workers).
-    pub answered: u64,
-    /// Requests started, where the count knows them (the agent's): started minus answered are in
-    /// flight, so the service is not idle.
-    pub started: Option<u64>,
-    /// The serving processes (the agent's workers, the PID watched, or the cgroup's processes),
-    /// sorted: a change is a restart.
-    pub pids: Vec<u32>,
-    /// Series name → bytes.
-    pub memory: BTreeMap<String, i64>,
-}
 
 /// Where the request count comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +28,9 @@ struct Stats {
     /// Absent in agents older than the request counts.
     requests: Option<Counts>,
     cuda: Option<Cuda>,
+    /// The collector's state (absent in older agents).
+    #[serde(default)]
+    collector: Option<Collector>,
     /// Present where the workers share a folder (`workers_dir`): the whole server's figures.
     #[serde(default)]
     workers: Option<Workers>,
@@ -88,6 +76,8 @@ pub struct Sampler {
     pub gauges: Vec<String>,
     /// Each series' kind, as first seen.
     pub kinds: BTreeMap<String, Kind>,
+    /// The agent's collector state at the last look that read it.
+    pub collector: Option<Collector>,
 }
 
 impl Sampler {
@@ -112,6 +102,9 @@ impl Sampler {
         let (answered, started, mut pids, new_process) = match self.counter.clone() {
             Counter::Agent(base) => {
                 let stats = self.stats(&base).await?;
+                if stats.collector.is_some() {
+                    self.collector.clone_from(&stats.collector);
+                }
                 let (counts, figures, pids) = match &stats.workers {
                     Some(w) => {
                         let mut pids = w.pids.clone();

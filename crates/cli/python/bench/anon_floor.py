@@ -6,7 +6,7 @@ Runs every case of compare_memray.py through ``leaklab.pytest_plugin.check`` (de
 warm-up calls, 300 judged) in ``--processes`` fresh Python processes, keeps each run's anonymous
 memory series, and judges the series again with ``leaklab judge`` at several noise floors. A
 clean case failed at a floor is a false alarm that floor would have raised; a leak passed is one
-it would have missed. The plugin's floor is ``ANON_NOISE_FLOOR``.
+it would have missed. The plugin's floor is the judge's host noise floor (64 KiB).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ pools grow, lazy state is made); after each judged call, its return value droppe
 - ``torch.cuda.memory_allocated()`` of each device, where the calls use CUDA. Exact.
 - the process's **anonymous memory** (``RssAnon``): every byte of heap, tensors or not, but
   noisy (pages, pymalloc pools, glibc's arenas), so it is judged on its floor against a noise
-  of at least :data:`ANON_NOISE_FLOOR`.
+  of at least the judge's host noise floor (64 KiB, the scan's for host memory).
 
 A full tensor census (:func:`leaklab.census.census`) after the warm-up and, where a tensor
 signal still grew at the end, after the last call names the holders that grew. The verdict
@@ -42,6 +42,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,19 +51,12 @@ from leaklab import _signals
 from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
 
 __all__ = [
-    "ANON_NOISE_FLOOR",
     "JudgeError",
     "LeakCheck",
     "LeakReport",
     "check",
     "leak_check",
 ]
-
-#: The least noise the anonymous-memory series is judged against, in bytes: clean functions
-#: move it in steps of pages, pymalloc pools and glibc trims. Measured (bench/anon_floor.py, 24
-#: clean runs): a page as the floor failed 2 of them; at 32 KiB none failed but the worst lower
-#: bound was -0.01 kB a call; at 64 KiB it is -0.69 kB, and 3 kB-a-call growth is still caught.
-ANON_NOISE_FLOOR = 64 * 1024
 
 #: The tally may take this share of the time the function itself takes (or TALLY_FREE_SECONDS a
 #: call, whichever is more); past it, it is taken at every 2nd call, 4th, ...: evenly spaced,
@@ -121,6 +115,7 @@ class LeakReport:
     seconds: dict[str, float] = field(default_factory=dict)  #: where the time went
     answer: dict[str, Any] = field(default_factory=dict)  #: the judge's JSON answer
     request: dict[str, Any] = field(default_factory=dict)  #: the series and censuses sent to it
+    evidence: str | None = None  #: where the request was written (``--leak-evidence``, or a failure)
 
     @property
     def passed(self) -> bool:
@@ -212,7 +207,8 @@ class _Sampler:
         for d, samples in self.cuda.items():
             out.append({"name": f"CUDA allocated (cuda:{d})", "kind": "exact", "samples": samples})
         if self.anon:
-            out.append({"name": ANONYMOUS, "kind": "noisy", "samples": self.anon, "noise_floor": ANON_NOISE_FLOOR})
+            # Judged against the judge's host noise floor, the scan's (docs/pytest.md).
+            out.append({"name": ANONYMOUS, "kind": "noisy", "samples": self.anon})
         return out
 
 
@@ -439,6 +435,45 @@ def check(
     )
 
 
+def _keep_evidence(config: pytest.Config | None, nodeid: str, index: int, report: LeakReport) -> LeakReport:
+    """Writes a check's evidence (what it sent the judge: ``leaklab judge FILE`` re-judges it)
+    into ``--leak-evidence DIR`` for every check, or, without it, into pytest's cache for a
+    check that did not pass; the report's message says where. A passing check without the
+    option writes nothing."""
+    if config is None:
+        return report
+    folder = config.getoption("leak_evidence", None)
+    if folder is None and report.passed:
+        return report
+    if folder is not None:
+        where = Path(folder)
+    elif (cache := getattr(config, "cache", None)) is not None:  # absent under -p no:cacheprovider
+        where = Path(cache.mkdir("leaklab-evidence"))
+    else:
+        return report  # -p no:cacheprovider, and no folder asked for
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_") or "check"
+    path = where / (f"{name}.json" if index <= 1 else f"{name}-{index}.json")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report.request))
+    except OSError as e:
+        report.message += f"\n  Note: its evidence could not be written to {path}: {e}"
+        return report
+    report.evidence = str(path)
+    report.message += f"\n  evidence: {path} (leaklab judge {path} judges it again)"
+    return report
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("leaklab").addoption(
+        "--leak-evidence",
+        metavar="DIR",
+        default=None,
+        help="write every leak check's evidence (its series and censuses, which `leaklab judge FILE` "
+        "judges again) into DIR; without it, only a failing check's, into pytest's cache",
+    )
+
+
 def _enforce(report: LeakReport) -> LeakReport:
     if report.outcome != "pass":
         pytest.fail(report.message, pytrace=False)
@@ -458,10 +493,11 @@ def _checked(fn: Callable[[], object], **options: Any) -> LeakReport:
 class LeakCheck:
     """The ``leak_check`` fixture's value: call it with the function to check."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: pytest.Config | None = None, nodeid: str = "") -> None:
         #: Every check this test made, passed or failed, in order (the figures: ``.seconds``,
         #: ``.series(name)``).
         self.reports: list[LeakReport] = []
+        self._config, self._nodeid = config, nodeid
 
     def __call__(
         self,
@@ -478,13 +514,13 @@ class LeakCheck:
         """
         report = _checked(fn, calls=calls, warmup=warmup, max_per_call=max_per_call)
         self.reports.append(report)
-        return _enforce(report)
+        return _enforce(_keep_evidence(self._config, self._nodeid, len(self.reports), report))
 
 
 @pytest.fixture
-def leak_check() -> LeakCheck:
+def leak_check(request: pytest.FixtureRequest) -> LeakCheck:
     """``leak_check(fn, calls=300, warmup=30, max_per_call=None)``: fails the test when ``fn`` leaks."""
-    return LeakCheck()
+    return LeakCheck(request.config, request.node.nodeid)
 
 
 _MARKER_OPTIONS = ("calls", "warmup", "max_per_call")
@@ -534,5 +570,5 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return body(**args)
 
     run_body.__qualname__ = f"the body of {pyfuncitem.name}"
-    _enforce(_checked(run_body, **marker.kwargs))
+    _enforce(_keep_evidence(pyfuncitem.config, pyfuncitem.nodeid, 1, _checked(run_body, **marker.kwargs)))
     return True

@@ -284,3 +284,53 @@ pub fn made_once(exe: &Path, what: &str, make: impl FnOnce(&Path)) -> PathBuf {
     }
     folder
 }
+
+/// A scan's or a watch's recording beside its report (`evidence.json`), re-judged by `leaklab
+/// judge --evidence`: the same exit code and the same report, to the last figure, as the live
+/// one's.
+#[allow(dead_code)]
+pub fn assert_rejudged_alike(out: &Path, code: i32, live: &serde_json::Value) {
+    let evidence = out.join("evidence.json");
+    let again = leaklab()
+        .args(["judge", "--json", "--evidence"])
+        .arg(&evidence)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: {}",
+            evidence.display(),
+            String::from_utf8_lossy(&again.stderr)
+        )
+    });
+    assert_eq!(again.status.code(), Some(code), "{report}");
+    if let Some(at) = first_difference(&report, live, String::new()) {
+        panic!(
+            "{}: re-judged differently from the live report, first at {at}",
+            evidence.display()
+        );
+    }
+}
+
+/// The JSON pointer of the first place `a` and `b` differ, with both values there.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value::{Array, Object};
+    match (a, b) {
+        (Object(x), Object(y)) => x
+            .keys()
+            .chain(y.keys().filter(|k| !x.contains_key(*k)))
+            .find_map(|k| {
+                let (u, v) = (x.get(k), y.get(k));
+                match (u, v) {
+                    (Some(u), Some(v)) => first_difference(u, v, format!("{at}/{k}")),
+                    _ => Some(format!("{at}/{k}: {u:?} against {v:?}")),
+                }
+            }),
+        (Array(x), Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (u, v))| first_difference(u, v, format!("{at}/{i}"))),
+        _ => (a != b).then(|| format!("{at}: {a} against {b}")),
+    }
+}

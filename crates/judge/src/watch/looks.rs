@@ -1,5 +1,5 @@
-//! From the looks to verdicts: the looks cut into runs at each restart, each run's memory judged
-//! per request by the scan's detector (on the looks where the count moved), and the memory that
+//! From the watch's looks to verdicts: the looks cut into runs at each restart, each run's memory
+//! judged per request by the detector (on the looks where the count moved), and the memory that
 //! moved while no request arrived judged apart, per hour.
 //!
 //! Idle is not a leak: looks that saw no new request add nothing to the per-request series.
@@ -8,14 +8,30 @@
 //! the time since the run's first look is taken out of the per-request series: a leak by the
 //! clock is not billed to the requests.
 
-use crate::sample::Point;
+use super::WatchEvidence;
+use crate::tree::TreeLook;
+use crate::{noisy_config, Kind, SeriesResult, Thresholds};
 use leaklab_detect::budget::{ops, proven, seconds_to_oom, unbudgeted, Budget, Ops};
-use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample};
-use leaklab_scan::signals::Kind;
-use leaklab_scan::tree::TreeReading;
-use leaklab_scan::{SeriesResult, HOST_NOISE_FLOOR};
+use leaklab_detect::{judge_noisy, NoisyJudgement, Sample};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// What one look saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Seconds since the watch started.
+    pub t: f64,
+    /// Requests answered since the serving processes started (summed over the workers).
+    pub answered: u64,
+    /// Requests started, where the count knows them (the agent's): started minus answered are in
+    /// flight, so the service is not idle.
+    pub started: Option<u64>,
+    /// The serving processes (the agent's workers, the PID watched, or the cgroup's processes),
+    /// sorted: a change is a restart.
+    pub pids: Vec<u32>,
+    /// Series name → bytes.
+    pub memory: BTreeMap<String, i64>,
+}
 
 /// Steps a second of the idle series: its x is milliseconds of idle time.
 const IDLE_STEPS_PER_SECOND: f64 = 1000.0;
@@ -147,9 +163,9 @@ impl Between for i64 {
     }
 }
 
-impl Between for TreeReading {
+impl Between for TreeLook {
     /// Each process's anonymous bytes where both looks saw it; the rest as `a` saw it.
-    fn between(a: &TreeReading, b: &TreeReading, f: f64) -> TreeReading {
+    fn between(a: &TreeLook, b: &TreeLook, f: f64) -> TreeLook {
         let anonymous = a
             .anonymous
             .iter()
@@ -160,7 +176,7 @@ impl Between for TreeReading {
                 },
             )
             .collect();
-        TreeReading {
+        TreeLook {
             anonymous,
             ..a.clone()
         }
@@ -236,11 +252,11 @@ pub fn looks_per_request(
 /// `trees`: each look's tree reading and its root, aligned with `points`.
 pub fn tree_per_request(
     points: &[Point],
-    trees: &[Option<(u32, TreeReading)>],
-) -> Option<(u32, Vec<(u64, TreeReading)>)> {
+    trees: &[Option<(u32, TreeLook)>],
+) -> Option<(u32, Vec<(u64, TreeLook)>)> {
     let base = points.first()?.answered;
     let root = trees.iter().flatten().last()?.0;
-    let mut out = Vec::<(u64, TreeReading)>::new();
+    let mut out = Vec::<(u64, TreeLook)>::new();
     for (p, tree) in points.iter().zip(trees) {
         let Some((r, reading)) = tree else { continue };
         let x = p.answered - base;
@@ -309,28 +325,16 @@ impl RunResult {
     }
 }
 
-/// What judging needs besides the looks.
+/// What judging reads besides the looks: the watch's evidence and the budget.
 #[derive(Clone, Copy)]
 pub struct Judging<'a> {
-    pub warmup: u64,
+    pub evidence: &'a WatchEvidence,
     pub budget: Option<Budget>,
-    /// Each series' kind.
-    pub kinds: &'a BTreeMap<String, Kind>,
-    /// The capacity of each kind of memory, where known.
-    pub capacity: &'a dyn Fn(Kind) -> Option<u64>,
-}
-
-fn config(kind: Kind) -> NoisyConfig {
-    let mut config = NoisyConfig::new(0);
-    if kind == Kind::Host {
-        config.quantum_bytes = config.quantum_bytes.max(HOST_NOISE_FLOOR);
-    }
-    config
 }
 
 fn judge_idle(points: &[Point], series: &str, kind: Kind, j: &Judging) -> IdleFinding {
     let (samples, idle_seconds) = idle_series(points, series);
-    let capacity = (j.capacity)(kind);
+    let capacity = j.evidence.capacity.get(series).copied();
     let mut finding = IdleFinding {
         series: series.to_string(),
         idle_seconds,
@@ -341,7 +345,10 @@ fn judge_idle(points: &[Point], series: &str, kind: Kind, j: &Judging) -> IdleFi
         seconds_to_oom: None,
         ops: None,
     };
-    match judge_noisy(&finding.samples, &config(kind)) {
+    match judge_noisy(
+        &finding.samples,
+        &noisy_config(kind, 0, &Thresholds::default()),
+    ) {
         Ok(judgement) => {
             let hour = 3600.0 * IDLE_STEPS_PER_SECOND;
             let s = judgement.slope;
@@ -380,13 +387,14 @@ pub fn judge_run(index: usize, run: &Run, j: &Judging) -> RunResult {
     let requests = last.answered - first.answered;
     let rate = requests as f64 / seconds;
     let names: Vec<&String> = j
+        .evidence
         .kinds
         .keys()
         .filter(|n| points.iter().any(|p| p.memory.contains_key(*n)))
         .collect();
     let (mut series, mut idle) = (Vec::new(), Vec::new());
     for name in names {
-        let kind = j.kinds[name];
+        let kind = j.evidence.kinds[name];
         let finding = judge_idle(points, name, kind, j);
         let clock_rate = finding
             .judgement
@@ -394,9 +402,9 @@ pub fn judge_run(index: usize, run: &Run, j: &Judging) -> RunResult {
             .filter(|g| proven(g.verdict, &g.slope, 0.0))
             .map(|g| g.slope.bytes_per_request * IDLE_STEPS_PER_SECOND);
         idle.push(finding);
-        let samples = per_request(points, name, j.warmup, clock_rate);
-        let capacity = (j.capacity)(kind);
-        let result = match judge_noisy(&samples, &config(kind)) {
+        let samples = per_request(points, name, j.evidence.warmup, clock_rate);
+        let capacity = j.evidence.capacity.get(name).copied();
+        let result = match judge_noisy(&samples, &noisy_config(kind, 0, &Thresholds::default())) {
             Ok(judgement) => {
                 let (o, oom) = match j.budget {
                     Some(b) => ops(&judgement, capacity, b),
@@ -420,7 +428,7 @@ pub fn judge_run(index: usize, run: &Run, j: &Judging) -> RunResult {
                 judgement: None,
                 why_not_judged: Some(format!(
                     "{e} (looks at distinct request counts, after the warm-up of {} requests)",
-                    j.warmup
+                    j.evidence.warmup
                 )),
                 capacity_bytes: capacity,
                 seconds_to_oom: None,
@@ -550,10 +558,10 @@ mod tests {
 
     #[test]
     fn the_tree_per_request_keeps_the_first_look_at_each_count_under_the_last_root() {
-        let tree = |bytes: u64| TreeReading {
+        let tree = |bytes: u64| TreeLook {
             threads: 3,
             anonymous: vec![(1, bytes)],
-            ..TreeReading::default()
+            ..TreeLook::default()
         };
         let points = vec![
             point(0.0, 0, 1, 0),

@@ -1,18 +1,19 @@
-//! The watch's diagnosis, in the scan's vocabulary (`leaklab_scan::diagnosis`): the axis memory
+//! The watch's diagnosis, in the scan's vocabulary ([`crate::diagnosis`]): the axis memory
 //! grows along in production and who owns it. The watch drives no phases, so its axes are what
 //! production shows: per request (the per-request series fails), by the clock (memory grows
 //! while no request arrives) or in another process (with `--pid`, a process of the tree that is
 //! not a serving one grows while the serving ones do not). The owner is read from the agent's
 //! censuses at the watch's start and its end: the holders that grew between them
-//! (`leaklab_scan::agent::diff`), weighed against what the memory grew meanwhile.
+//! ([`crate::agent::diff`]), weighed against what the memory grew meanwhile by the scan's own
+//! rule ([`census_owner`]).
 
-use crate::judge::RunResult;
+use super::looks::RunResult;
+use crate::agent::{CensusDiff, Collector};
+use crate::diagnosis::{census_owner, kebab, Owner, OwnerReading, Weighed};
+use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
 use leaklab_report::{human_bytes, signed_bytes};
-use leaklab_scan::agent::CensusDiff;
-use leaklab_scan::diagnosis::{kebab, python_owns, Owner, OwnerReading};
-use leaklab_scan::tree::{ProcessGrowth, ThreadCount};
 use serde::{Deserialize, Serialize};
 
 /// The axis memory grows along in production (the scan's names where they mean the same).
@@ -149,29 +150,51 @@ pub fn axis(
 }
 
 /// Who owns the growth. `census`: the holders that grew between the censuses at the watch's
-/// start and its end; `seconds`: the time between them. The census is weighed against what the
-/// memory grew meanwhile by the axis's own rate (a request's bytes times the requests, or the
-/// clock's bytes a second times the seconds): Python owns it where the census holds at least
-/// enough of that by the scan's rule (`leaklab_scan::diagnosis::python_owns`).
-pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> OwnerReading {
-    let top = census.and_then(|c| c.python_grown().next());
-    let reading = |owner, words: String, mechanism: &str, fix: String, share| OwnerReading {
-        owner,
-        holder: top.map(|g| g.holder.clone()),
-        census_share: share,
-        words,
-        mechanism: mechanism.to_string(),
-        fix,
-        findings: Vec::new(),
-    };
+/// start and its end; `seconds`: the time between them; `collector`: the collector's state at
+/// the last look. The census is weighed against what the memory grew meanwhile by the axis's own
+/// rate (a request's bytes, or the clock's bytes a second), by the scan's rule
+/// ([`census_owner`]).
+pub fn owner(
+    axis: &AxisReading,
+    census: Option<&CensusDiff>,
+    collector: Option<&Collector>,
+    seconds: f64,
+) -> OwnerReading {
     let clock = axis.axis == Axis::ByTheClock;
+    let weighed = census_owner(
+        &Weighed {
+            per_step: if clock {
+                axis.bytes_per_hour.unwrap_or(0.0) / 3600.0
+            } else {
+                axis.bytes_per_request.unwrap_or(0.0)
+            },
+            step: if clock { "second" } else { "request" },
+            steps: clock.then_some(seconds),
+            python_mechanism: if clock {
+                "a Python holder reachable from a root is filled by the clock (a background thread, a timer)"
+            } else {
+                "a Python holder reachable from a root keeps what each request leaves"
+            }
+            .into(),
+            native: if clock {
+                ("memory kept by the clock (a background thread, a timer, a cache filled by time), reachable from no Python tensor", "`leaklab scan --agent … --native` against a copy of the service names the allocating stacks")
+            } else {
+                ("memory kept per request, reachable from no Python tensor", "`leaklab scan --agent … --native` against a copy of the service names the allocating stacks")
+            },
+            without: (
+                "Python or native: not told apart without the agent's censuses at the watch's start and end (--agent)",
+                "watch again with --agent to name the owner",
+            ),
+        },
+        census,
+        collector,
+    );
     match axis.axis {
-        Axis::None => reading(
+        Axis::None => weighed.instead(
             Owner::None,
             "nothing grows".into(),
             "none",
             "none needed".into(),
-            None,
         ),
         Axis::OtherProcess => {
             let child = axis
@@ -181,73 +204,14 @@ pub fn owner(axis: &AxisReading, census: Option<&CensusDiff>, seconds: f64) -> O
             let who = child.map_or("another process".into(), |c| {
                 format!("process {} ({})", c.pid, c.command)
             });
-            reading(
+            weighed.instead(
                 Owner::OtherProcess,
                 format!("{who}: the serving processes' own memory is flat, so a census inside them finds nothing"),
                 "a process beside the serving ones keeps what the requests give it",
                 format!("look inside that process: leaklab watch --pid {} (with its agent, where it serves one)", child.map_or(0, |c| c.pid)),
-                None,
             )
         }
-        Axis::PerRequest | Axis::ByTheClock => {
-            let Some(c) = census else {
-                return reading(
-                    Owner::Unknown,
-                    "Python or native: not told apart without the agent's censuses at the watch's start and end (--agent)".into(),
-                    "not named without the agent",
-                    "watch again with --agent to name the owner".into(),
-                    None,
-                );
-            };
-            let grew = if clock {
-                axis.bytes_per_hour.unwrap_or(0.0) / 3600.0 * seconds
-            } else {
-                axis.bytes_per_request.unwrap_or(0.0) * c.steps as f64
-            };
-            let held = (c.total_bytes as f64 - c.native_bytes()).max(0.0);
-            let share = (grew > 0.0).then(|| held / grew);
-            let between = if clock {
-                format!(
-                    "{} between the watch's two censuses",
-                    leaklab_report::human_duration(seconds)
-                )
-            } else {
-                format!("{} requests between the watch's two censuses", c.steps)
-            };
-            let holds = format!(
-                "the census holds {} of the {} the memory grew over the {between}",
-                signed_bytes(held),
-                human_bytes(grew)
-            );
-            match (top, share) {
-                (Some(h), Some(s))
-                    if python_owns(s, h.tensors as f64 / c.steps.max(1) as f64) =>
-                {
-                    reading(
-                    Owner::Python,
-                    format!("{holds}: `{}` ({}) grew most", h.holder, h.kind_words()),
-                    if clock {
-                        "a Python holder reachable from a root is filled by the clock (a background thread, a timer)"
-                    } else {
-                        "a Python holder reachable from a root keeps what each request leaves"
-                    },
-                    h.fix("request"),
-                    share,
-                )
-                }
-                _ => reading(
-                    Owner::Native,
-                    format!("{holds}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)"),
-                    if clock {
-                        "memory kept by the clock (a background thread, a timer, a cache filled by time), reachable from no Python tensor"
-                    } else {
-                        "memory kept per request, reachable from no Python tensor"
-                    },
-                    "`leaklab scan --agent … --native` against a copy of the service names the allocating stacks".into(),
-                    share,
-                ),
-            }
-        }
+        Axis::PerRequest | Axis::ByTheClock => weighed,
     }
 }
 
@@ -267,6 +231,7 @@ pub fn first_lines(
             lines.push(format!("mechanism: {}", o.mechanism));
             lines.push(format!("fix:       {}", o.fix));
         }
+        lines.extend(o.findings.iter().map(|f| format!("finding:   {f}")));
     }
     lines
 }
@@ -274,11 +239,10 @@ pub fn first_lines(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::IdleFinding;
+    use crate::agent::Growth;
+    use crate::watch::looks::IdleFinding;
+    use crate::{Kind, SeriesResult};
     use leaklab_detect::{judge_noisy, NoisyConfig};
-    use leaklab_scan::agent::Growth;
-    use leaklab_scan::signals::Kind;
-    use leaklab_scan::SeriesResult;
 
     /// A run whose `anonymous` series grows `per` bytes a request over 300 requests, judged
     /// failing where `fails`; `idle`: an idle finding that fails, at `per_hour`.
@@ -382,7 +346,7 @@ mod tests {
         );
         // 300 requests of 32.77 kB: the census holds all of it.
         let held = census("service.KEPT", "module global", 300 * 32_768, 300);
-        let o = owner(&a, Some(&held), 60.0);
+        let o = owner(&a, Some(&held), None, 60.0);
         assert_eq!(
             (o.owner, o.holder.as_deref()),
             (Owner::Python, Some("service.KEPT"))
@@ -393,9 +357,26 @@ mod tests {
         );
         // A tenth of it: not Python's; none at all: unknown.
         let little = census("service.KEPT", "module global", 30 * 32_768, 300);
-        assert_eq!(owner(&a, Some(&little), 60.0).owner, Owner::Native);
-        assert_eq!(owner(&a, None, 60.0).owner, Owner::Unknown);
-        let lines = first_lines("FAIL", Some(&a), Some(&owner(&a, Some(&held), 60.0)));
+        assert_eq!(owner(&a, Some(&little), None, 60.0).owner, Owner::Native);
+        // The scan's rule, said once: a disabled collector is a finding and the mechanism.
+        let off = Collector {
+            enabled: false,
+            ..Collector::default()
+        };
+        let o = owner(&a, Some(&held), Some(&off), 60.0);
+        assert!(
+            o.mechanism.contains("collector is disabled")
+                && o.findings.iter().any(|f| f.contains("gc.disable()")),
+            "{o:?}"
+        );
+        assert!(
+            first_lines("FAIL", Some(&a), Some(&o))
+                .iter()
+                .any(|l| l.starts_with("finding:   gc is disabled")),
+            "the watch's report says it"
+        );
+        assert_eq!(owner(&a, None, None, 60.0).owner, Owner::Unknown);
+        let lines = first_lines("FAIL", Some(&a), Some(&owner(&a, Some(&held), None, 60.0)));
         assert!(
             lines[1].starts_with("axis:      per request: anonymous"),
             "{lines:?}"
@@ -414,7 +395,7 @@ mod tests {
         assert_eq!(a.bytes_per_hour, Some(3.6e9));
         // 1 MB a second for 20 s: a holder that grew 20 MB owns it, whatever the requests.
         let held = census("service.TICKS", "module global", 20_000_000, 3);
-        let o = owner(&a, Some(&held), 20.0);
+        let o = owner(&a, Some(&held), None, 20.0);
         assert_eq!(o.owner, Owner::Python, "{}", o.words);
         assert!(o.mechanism.contains("clock"), "{}", o.mechanism);
         // Both: per request, the clock said beside it.
@@ -424,7 +405,7 @@ mod tests {
         // Neither: none, and no mechanism line.
         let none = axis(&run(0, false, None), Vec::new(), None);
         assert_eq!(none.axis, Axis::None);
-        let o = owner(&none, None, 0.0);
+        let o = owner(&none, None, None, 0.0);
         assert_eq!(first_lines("PASS", Some(&none), Some(&o)).len(), 3);
     }
 
@@ -446,7 +427,7 @@ mod tests {
             "{}",
             a.words
         );
-        let o = owner(&a, None, 60.0);
+        let o = owner(&a, None, None, 60.0);
         assert_eq!(o.owner, Owner::OtherProcess);
         assert!(o.fix.contains("--pid 11"), "{}", o.fix);
         // Workers that serve (the agent's PIDs) growing under a flat parent: per request.
