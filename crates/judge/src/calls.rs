@@ -266,6 +266,7 @@ fn diagnose(
                 per_step: slope.bytes_per_request,
                 step: unit,
                 steps: None,
+                kept: None,
                 python_mechanism: format!(
                     "a Python holder reachable from a root keeps what each {unit} leaves"
                 ),

@@ -11,7 +11,8 @@
 
 use crate::agent::{CensusDiff, Collector};
 pub use crate::thresholds::{
-    GIVEN_BACK_SHARE, PYTHON_SHARE, REPEAT_SHARE, SETTLED_GIVEN_BACK_SHARE, SETTLED_SHARE,
+    GARBAGE_KEPT_SHARE, GIVEN_BACK_SHARE, PYTHON_SHARE, REPEAT_SHARE, SETTLED_GIVEN_BACK_SHARE,
+    SETTLED_SHARE,
 };
 use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::{NoisyJudgement, Slope, Verdict};
@@ -33,6 +34,9 @@ pub enum Axis {
     /// It grew and held, and the allocator returned it when the trim probe asked: memory kept
     /// free by the allocator, not held by anything.
     GivenBack,
+    /// It grew, and a full collection gave it back: the collector's garbage (reference cycles
+    /// awaiting its next full collection), bounded by its cadence.
+    Garbage,
     /// Nothing grows.
     None,
     /// It grows, and the phases could not tell along what (said why in the words).
@@ -47,6 +51,7 @@ impl Axis {
             Axis::PerNewThread => "per new thread",
             Axis::OtherProcess => "in another process",
             Axis::GivenBack => "given back",
+            Axis::Garbage => "garbage",
             Axis::None => "none",
             Axis::Undetermined => "undetermined",
         }
@@ -372,6 +377,45 @@ pub struct OwnerReading {
 /// The census's kind for tensors it reached from no Python referrer (leaklab/_unreached.py).
 pub const NATIVE_KIND: &str = "native";
 
+/// The census's kind for tensors held by reference cycles that nothing reaches
+/// (leaklab/_unreached.py): garbage that the collector frees at its next full collection, where
+/// it is enabled.
+pub const GARBAGE_KIND: &str = "unreachable cycle";
+
+/// A failing growth that full collections gave back ([`crate::judge`]): after the trim probe's
+/// `gc.collect()` and `malloc_trim(0)` at the warm-up's end and at the judged requests' end, the
+/// series kept no more than `allowance` over the `requests` between them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Garbage {
+    pub series: String,
+    pub kept: i64,
+    pub requests: u64,
+    pub allowance: f64,
+}
+
+/// The axis of a growth that full collections gave back: the collector's garbage.
+pub fn garbage(axis: &mut AxisReading, g: &Garbage, collector: Option<&Collector>) {
+    let cadence = collector
+        .filter(|c| c.thresholds.len() == 3)
+        .map_or(String::new(), |c| {
+            format!(
+                " (thresholds {}, {}, {})",
+                c.thresholds[0], c.thresholds[1], c.thresholds[2]
+            )
+        });
+    axis.words = format!(
+        "{} rose {} over the judged requests ({} a request); after a full collection and malloc_trim(0) at the warm-up's end and again at the judged requests' end it kept {} over the {} requests between them, within the {} allowed: the collector's garbage, given back at its full collections{cadence}, not a leak",
+        axis.series,
+        signed_bytes(axis.judged.rise_bytes),
+        signed_bytes(axis.judged.slope.bytes_per_request),
+        signed_bytes(g.kept as f64),
+        g.requests,
+        human_bytes(g.allowance),
+    );
+    axis.axis = Axis::Garbage;
+    axis.bounded = false;
+}
+
 /// Whether Python owns a growth of which the census holds `share`, its top holder having gained
 /// `tensors_per_step` tensors a request (or call): a quarter of the bytes, or an eighth where
 /// the holder keeps a tensor at least every other request. The census counts tensors' storage,
@@ -388,21 +432,25 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
 ) -> OwnerReading {
-    owner_per(axis, census, collector, "request")
+    owner_kept(axis, census, collector, None)
 }
 
-/// [`owner`], its figures per `step` ("call": the pytest plugin's, through `leaklab judge`).
-pub fn owner_per(
+/// [`owner`], where `kept` is what the memory kept a request through full collections at the
+/// warm-up's end and at the judged requests' end (the trim probe's, [`crate::evidence::Collected`]):
+/// with it, garbage is ruled out or not by measurement, not by the census's share.
+pub fn owner_kept(
     axis: &AxisReading,
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
-    step: &str,
+    kept: Option<f64>,
 ) -> OwnerReading {
+    let step = "request";
     let weighed = census_owner(
         &Weighed {
             per_step: axis.judged.slope.bytes_per_request,
             step,
             steps: None,
+            kept,
             python_mechanism: format!(
                 "a Python holder reachable from a root keeps what each {step} leaves"
             ),
@@ -423,6 +471,25 @@ pub fn owner_per(
             "none",
             "none needed".into(),
         ),
+        Axis::Garbage => {
+            let cycle = census.and_then(|c| c.grown.iter().find(|g| g.kind == GARBAGE_KIND));
+            let words = match cycle {
+                Some(g) => format!(
+                    "reference cycles that nothing reaches, awaiting the collector: `{}` grew most",
+                    g.holder
+                ),
+                None => "reference cycles that nothing reaches, awaiting the collector".into(),
+            };
+            let holder = cycle.map(|g| g.holder.clone());
+            let mut reading = weighed.instead(
+                Owner::Python,
+                words,
+                "reference cycles made per request wait for the collector's next full collection: on a large heap it runs only once the objects that outlived its young collections reach a quarter of its oldest generation, thousands of requests apart",
+                "none needed: the collector bounds it; to keep the peak lower, break the cycle so that reference counting frees it at once (a weakref for the back-reference, or clear it when done), or gc.freeze() after start-up so that full collections scan less and come sooner".into(),
+            );
+            reading.holder = holder;
+            reading
+        }
         Axis::OtherProcess => {
             let child = axis
                 .processes
@@ -451,6 +518,9 @@ pub struct Weighed<'a> {
     /// The steps between the two censuses, where they are not the census's own count of
     /// requests (the watch's seconds, for a growth by the clock).
     pub steps: Option<f64>,
+    /// What the memory kept a step through full collections at both ends, where measured
+    /// ([`crate::evidence::Collected`]).
+    pub kept: Option<f64>,
     /// The mechanism where a Python holder owns it.
     pub python_mechanism: String,
     /// The mechanism and the fix where the growth is native and nothing names it.
@@ -495,14 +565,25 @@ pub fn census_owner(
     }
     let (per, step) = (w.per_step, w.step);
     let steps = |c: &CensusDiff| w.steps.unwrap_or(c.steps as f64).max(1.0);
-    // Tensors the census found held from native code (no Python referrer) are not Python's:
-    // Python's share is what every tensor gained less those.
+    // Tensors the census found held from native code (no Python referrer) are not Python's;
+    // nor, where the collector runs, those in cycles nothing reaches (its garbage, which it
+    // frees): Python's share is what every tensor gained less those.
+    let gc_on = collector.is_some_and(|c| c.enabled);
+    let garbage = |g: &&crate::agent::Growth| gc_on && g.kind == GARBAGE_KIND;
     let held = census.map(|c| c.total_bytes as f64 / steps(c));
     let native_held = census.map_or(0.0, |c| c.native_bytes() / steps(c));
+    let garbage_held = census.map_or(0.0, |c| {
+        c.grown
+            .iter()
+            .filter(garbage)
+            .map(|g| g.bytes.max(0) as f64)
+            .sum::<f64>()
+            / steps(c)
+    });
     let share = held
         .filter(|_| per > 0.0)
-        .map(|h| (h - native_held).max(0.0) / per);
-    let top = census.and_then(|c| c.python_grown().next());
+        .map(|h| (h - native_held - garbage_held).max(0.0) / per);
+    let top = census.and_then(|c| c.python_grown().find(|g| !garbage(g)));
     let reading = |owner, words: String, mechanism: &str, fix: &str| OwnerReading {
         owner,
         holder: top.map(|g| g.holder.clone()),
@@ -546,13 +627,29 @@ pub fn census_owner(
                 &fix,
             )
         }
+        (Some(_), Some(held), _)
+            if per > 0.0
+                && garbage_held >= PYTHON_SHARE * per
+                && w.kept.is_none_or(|k| k <= GARBAGE_KEPT_SHARE * per) =>
+        {
+            reading(
+            Owner::Python,
+            format!(
+                "{}, {} of it in reference cycles that nothing reaches, awaiting the collector (its garbage, which a full collection frees): not a holder's",
+                share_words(held),
+                human_bytes(garbage_held)
+            ),
+            "reference cycles made per request, awaiting the collector's next full collection: garbage, unless memory grows beyond what the collector gives back",
+            "`leaklab scan --trim` (the agent's allow_trim) measures what a full collection gives back at the warm-up's end and at the judged requests' end; to free the cycles at once, break them (a weakref for the back-reference, or clear it when done)",
+        )
+        }
         (Some(_), Some(held), _) => {
             let (mechanism, fix) = if native_held >= PYTHON_SHARE * per && per > 0.0 {
                 ("tensors kept alive from native code with no Python referrer (a C++ reference cycle, such as an autograd graph that holds its own input after backward(create_graph=True))", "break the cycle where the tensors are made (for create_graph, clear the inputs' .grad or use torch.autograd.grad with inputs=), and --native names the allocating stacks")
             } else {
                 w.native
             };
-            let from_native = if native_held > 0.0 {
+            let mut from_native = if native_held > 0.0 {
                 format!(
                     " ({} of it held from native code, no Python referrer)",
                     human_bytes(native_held)
@@ -560,6 +657,18 @@ pub fn census_owner(
             } else {
                 String::new()
             };
+            if garbage_held > 0.0 {
+                from_native.push_str(&format!(
+                    " ({} of it in cycles awaiting the collector: its garbage, not counted)",
+                    human_bytes(garbage_held)
+                ));
+            }
+            if let Some(k) = w.kept {
+                from_native.push_str(&format!(
+                    "; through full collections at the warm-up's end and the judged requests' end it kept {} a {step}, so it is not the collector's garbage",
+                    signed_bytes(k)
+                ));
+            }
             reading(
                 Owner::Native,
                 format!("{}{from_native}; the rest is not tensors reachable from Python (native memory: a library's cache, the allocator, per-thread state; or Python objects other than tensors)", share_words(held)),
@@ -1060,5 +1169,28 @@ mod tests {
         assert!(lines
             .iter()
             .any(|l| l.starts_with("finding:   gc is disabled")));
+        // The same tensors in cycles nothing reaches, with the collector on: its garbage, not a
+        // holder's; Python's, awaiting the collector, until full collections show what is kept.
+        let mut cycle = census(16_000);
+        cycle.grown[0].holder = "unreachable cycle (awaiting gc): app.Handle.held".into();
+        cycle.grown[0].kind = GARBAGE_KIND.into();
+        let on = Collector::default();
+        let awaiting = owner(&a, Some(&cycle), Some(&on));
+        assert_eq!(awaiting.owner, Owner::Python, "{}", awaiting.words);
+        assert!(
+            awaiting.words.contains("awaiting the collector") && awaiting.fix.contains("--trim")
+        );
+        // Kept through full collections at both ends (12 kB a request): not garbage, native.
+        let kept = owner_kept(&a, Some(&cycle), Some(&on), Some(12_000.0));
+        assert_eq!(kept.owner, Owner::Native, "{}", kept.words);
+        assert!(
+            kept.words.contains("not the collector's garbage"),
+            "{}",
+            kept.words
+        );
+        // With the collector off, the same cycles are the leak, as above.
+        assert!(owner(&a, Some(&cycle), Some(&off))
+            .mechanism
+            .contains("collector is disabled"));
     }
 }

@@ -89,6 +89,30 @@ pub struct Evidence {
     pub trim: Option<Trim>,
     #[serde(default)]
     pub native: Option<Native>,
+    /// Each series' level right after a full collection and `malloc_trim(0)` (the agent's trim
+    /// probe), at the warm-up's end and at the front end's end.
+    #[serde(default)]
+    pub collected: Option<Collected>,
+}
+
+/// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, at the
+/// warm-up's end (request `from`) and at the end (request `to`): what the requests between
+/// them kept once the collector's garbage and the allocator's free memory are gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Collected {
+    pub from: u64,
+    pub to: u64,
+    pub start: BTreeMap<String, i64>,
+    pub end: BTreeMap<String, i64>,
+}
+
+impl Collected {
+    /// What `series` kept from `from` to `to` after full collections at both ends, and the
+    /// requests between them.
+    pub fn kept(&self, series: &str) -> Option<(i64, u64)> {
+        let (a, b) = (self.start.get(series)?, self.end.get(series)?);
+        Some((b - a, self.to.saturating_sub(self.from)))
+    }
 }
 
 /// Says whether a recording's schema (the `schema` field of its evidence) is the one this

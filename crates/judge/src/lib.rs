@@ -158,6 +158,50 @@ pub fn axis_series(series: &[SeriesResult]) -> Option<(&SeriesResult, &NoisyJudg
         })
 }
 
+/// The failing series whose growth full collections gave back: with the collector enabled, the
+/// series' level right after the trim probe's full collection and `malloc_trim(0)` at the
+/// judged requests' end is within its noise floor, or [`thresholds::GARBAGE_KEPT_SHARE`] of what
+/// its slope adds over the requests between, of its level after the same at the warm-up's end.
+/// A leak keeps what it keeps through any collection; the collector's garbage and the
+/// allocator's free memory go. Where the collector is disabled, or its full collections put off
+/// past CPython's cadence ([`thresholds::FULL_COLLECTION_THRESHOLD`]), a full collection run by
+/// the probe proves nothing of production.
+fn collected_garbage(
+    evidence: &Evidence,
+    series: &[SeriesResult],
+    t: &Thresholds,
+) -> Vec<diagnosis::Garbage> {
+    let at_its_cadence = |c: &agent::Collector| {
+        c.enabled
+            && c.thresholds
+                .get(2)
+                .is_some_and(|t| *t <= thresholds::FULL_COLLECTION_THRESHOLD)
+    };
+    let (Some(collected), true) = (
+        &evidence.collected,
+        evidence.collector.as_ref().is_some_and(at_its_cadence),
+    ) else {
+        return Vec::new();
+    };
+    series
+        .iter()
+        .filter(|s| s.ops.is_some_and(Ops::fails))
+        .filter_map(|s| {
+            let (kept, requests) = collected.kept(&s.series)?;
+            let slope = s.judgement.as_ref()?.slope.bytes_per_request;
+            let allowance = noisy_config(s.kind, 0, t)
+                .quantum_bytes
+                .max(thresholds::GARBAGE_KEPT_SHARE * slope * requests as f64);
+            (kept as f64 <= allowance).then(|| diagnosis::Garbage {
+                series: s.series.clone(),
+                kept,
+                requests,
+                allowance,
+            })
+        })
+        .collect()
+}
+
 /// The judgement of `evidence` under `budget` (`None`: any leak proven fails).
 pub fn judge(evidence: &Evidence, budget: Option<Budget>) -> Judgement {
     judge_with(evidence, budget, &Thresholds::default())
@@ -171,6 +215,21 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     // memory of a service that answers errors says nothing of the one that serves.
     let failing_from = evidence.failing_from;
     let mut series = judge_series_with(evidence, budget, failing_from, t);
+    // A failing growth that full collections at both ends gave back is the collector's garbage:
+    // it passes, said as such (the axis, a note).
+    let garbage = collected_garbage(evidence, &series, t);
+    for g in &garbage {
+        if let Some(s) = series.iter_mut().find(|s| s.series == g.series) {
+            s.ops = Some(Ops::Pass);
+        }
+        notes.push(format!(
+            "{} grew, and full collections gave it back: it kept {} over the {} requests between the trim probe's collections at the warm-up's end and at the judged requests' end, within the {} allowed; the collector's garbage passes",
+            g.series,
+            leaklab_report::signed_bytes(g.kept as f64),
+            g.requests,
+            leaklab_report::human_bytes(g.allowance)
+        ));
+    }
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
     } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
@@ -205,7 +264,8 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     }
     let (axis, owner) = match axis_series(&series) {
         Some((deciding, judged)) => {
-            let (axis, owner) = explain(evidence, deciding, judged, t);
+            let garbage = garbage.iter().find(|g| g.series == deciding.series);
+            let (axis, owner) = explain(evidence, deciding, judged, garbage, t);
             (Some(axis), Some(owner))
         }
         None => (None, None),
@@ -226,6 +286,7 @@ fn explain(
     evidence: &Evidence,
     deciding: &SeriesResult,
     judged: &NoisyJudgement,
+    garbage: Option<&diagnosis::Garbage>,
     t: &Thresholds,
 ) -> (diagnosis::AxisReading, diagnosis::OwnerReading) {
     let name = deciding.series.as_str();
@@ -261,7 +322,20 @@ fn explain(
     if let Some(t) = &evidence.trim {
         diagnosis::given_back(&mut axis, t);
     }
-    let mut owner = diagnosis::owner(&axis, evidence.census.as_ref(), evidence.collector.as_ref());
+    if let Some(g) = garbage {
+        diagnosis::garbage(&mut axis, g, evidence.collector.as_ref());
+    }
+    let kept = evidence
+        .collected
+        .as_ref()
+        .and_then(|c| c.kept(name))
+        .map(|(kept, requests)| kept as f64 / requests.max(1) as f64);
+    let mut owner = diagnosis::owner_kept(
+        &axis,
+        evidence.census.as_ref(),
+        evidence.collector.as_ref(),
+        kept,
+    );
     if let Some(native) = &evidence.native {
         if let Some(h) = native.holders.first() {
             owner.mechanism = format!(
@@ -319,7 +393,61 @@ mod tests {
             collector: None,
             trim: None,
             native: None,
+            collected: None,
         }
+    }
+
+    #[test]
+    fn a_growth_full_collections_give_back_is_garbage_and_passes_and_one_they_keep_fails() {
+        // 8 kB a request over 300 requests: a leak by its series.
+        let with_thresholds = |kept: i64, enabled: Option<bool>, full: u64| {
+            let mut e = evidence(8_000, 300, None);
+            e.collector = enabled.map(|enabled| agent::Collector {
+                enabled,
+                thresholds: vec![700, 10, full],
+                ..agent::Collector::default()
+            });
+            e.collected = Some(evidence::Collected {
+                from: 20,
+                to: 300,
+                start: [("anonymous".to_string(), 290_000_000)].into(),
+                end: [("anonymous".to_string(), 290_000_000 + kept)].into(),
+            });
+            judge(&e, None)
+        };
+        let with = |kept: i64, enabled: Option<bool>| with_thresholds(kept, enabled, 10);
+        // Back to within the host floor after the collections at both ends: the collector's.
+        let freed = with(40_000, Some(true));
+        assert_eq!(freed.outcome, Outcome::Pass, "{:?}", freed.notes);
+        let axis = freed.axis.as_ref().unwrap();
+        assert_eq!(axis.axis, diagnosis::Axis::Garbage, "{}", axis.words);
+        assert!(
+            axis.words.contains("thresholds 700, 10, 10"),
+            "{}",
+            axis.words
+        );
+        assert_eq!(
+            freed.owner.as_ref().unwrap().owner,
+            diagnosis::Owner::Python
+        );
+        assert!(freed
+            .notes
+            .iter()
+            .any(|n| n.contains("the collector's garbage passes")));
+        // What a leak keeps through the collections fails: 280 requests of 8 kB.
+        assert_eq!(with(280 * 8_000, Some(true)).outcome, Outcome::Fail);
+        // A collector that is off frees nothing in production, and one not read proves nothing.
+        assert_eq!(with(40_000, Some(false)).outcome, Outcome::Fail);
+        assert_eq!(with(40_000, None).outcome, Outcome::Fail);
+        // Nor one whose full collections were put off (gc.set_threshold(700, 10, 1000)).
+        assert_eq!(
+            with_thresholds(40_000, Some(true), 1_000).outcome,
+            Outcome::Fail
+        );
+        // A third of what the slope adds, kept through the collections: not garbage.
+        assert_eq!(with(280 * 8_000 / 3, Some(true)).outcome, Outcome::Fail);
+        // A fifth of it (the residue a collection leaves of its garbage's heap): garbage.
+        assert_eq!(with(280 * 8_000 / 5, Some(true)).outcome, Outcome::Pass);
     }
 
     #[test]

@@ -47,6 +47,26 @@ pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
 /// arenas on pool threads 8.7 to 11 times.
 pub const GIVEN_BACK_SHARE: f64 = 2.0;
 
+/// A failing growth is the collector's garbage where, after the trim probe's full collection
+/// and `malloc_trim(0)` at the warm-up's end and again at the judged requests' end, the memory
+/// kept no more than this share of what its slope says the requests between them added (or no
+/// more than its noise floor). Collections free the garbage's objects but leave some of their
+/// heap behind (pymalloc's arenas and pages shared with live objects): a service whose only
+/// growth is per-request cycles holding 8 KiB tensors (crates/cli/python/tests/
+/// cycles_service.py) kept 1.10 and 1.12 kB a request where its slope read 16.8 kB (0.07 of
+/// it); the same cycles kept in a list kept 12.6 of 16.8 kB (0.75), and beside a native leak of
+/// 8 KiB a request 13.0 of 19.7 kB (0.66). Set by hand from those readings (2026-12-06), not
+/// yet from the corpus (its recordings have no agent); a leak smaller than this share of the
+/// garbage beside it passes (docs/scan.md says so).
+pub const GARBAGE_KEPT_SHARE: f64 = 0.25;
+
+/// The collector's third threshold (gen1 collections between full ones) at or under which its
+/// full collections are taken to come at CPython's own cadence: its default, 10 (3.14's
+/// incremental collector reports 0). A service that raised it defers full collections as far
+/// as it likes, so a full collection forced by the trim probe proves nothing of production.
+/// Set by CPython's default, not by a statistic.
+pub const FULL_COLLECTION_THRESHOLD: u64 = 10;
+
 /// The smallest share of the growth a census must hold for the owner to be Python: a holder
 /// of less than a quarter is beside the point (the rest is elsewhere).
 pub const PYTHON_SHARE: f64 = 0.25;

@@ -215,6 +215,10 @@ pub struct Explained {
     /// The agent's native trace, where `--native` asked for it.
     #[serde(default)]
     pub native: Option<agent::Native>,
+    /// With `--trim`: each series right after a full collection at the warm-up's end and at
+    /// the end.
+    #[serde(default)]
+    pub collected: Option<evidence::Collected>,
 }
 
 impl ScanReport {
@@ -318,7 +322,36 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     let progress = Progress::new(target, options.quiet);
     let mut sent = 1;
     let mut stopped = false;
-    loop {
+    // With the trim probe: a full collection and malloc_trim(0) at the warm-up's end, each
+    // series read right after, so that the end's can say what the requests kept through them
+    // (the collector's garbage and the allocator's free memory gone at both ends).
+    if let (true, Some(base), true) = (options.trim, &options.agent_url, options.warmup > 0) {
+        if let Some(note) = drive(
+            &client,
+            options,
+            &mut state,
+            &mut sent,
+            options.warmup,
+            started,
+            &progress,
+        )
+        .await
+        {
+            state.notes.push(note);
+            stopped = true;
+        } else {
+            progress
+                .bar
+                .set_message("a full collection at the warm-up's end (--trim)");
+            match agent::trim(&client, base).await {
+                Ok(_) => state.collected_start = Some((sent as u64, state.levels(options).await)),
+                Err(e) => state
+                    .notes
+                    .push(format!("no trim probe at the warm-up's end: {e:#}")),
+            }
+        }
+    }
+    while !stopped {
         let stop = drive(
             &client, options, &mut state, &mut sent, target, started, &progress,
         )
@@ -375,6 +408,29 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         state.phase = Phase::Unjudged;
         state.replay.clear();
     }
+    // The second full collection, before the looks inside: a census walk leaves megabytes in
+    // pymalloc's arenas that no collection or trim returns (4.3 MB between collections around
+    // the looks, where the requests' garbage kept none), so what the requests kept is read
+    // before them.
+    let mut collected = None;
+    if let (Some((from, start)), Some(base)) = (state.collected_start.take(), &options.agent_url) {
+        progress
+            .bar
+            .set_message("a full collection at the judged requests' end (--trim)");
+        match agent::trim(&client, base).await {
+            Ok(_) => {
+                collected = Some(evidence::Collected {
+                    from,
+                    to: sent as u64,
+                    start,
+                    end: state.levels(options).await,
+                })
+            }
+            Err(e) => state
+                .notes
+                .push(format!("no trim probe at the judged requests' end: {e:#}")),
+        }
+    }
     // Who holds it: two looks inside (census, snapshot) around a further quarter of the judged
     // requests, after the judged ones. Not around the judged requests themselves: a look costs
     // the service memory of its own (a census of 200k objects, a pickled snapshot: megabytes),
@@ -422,7 +478,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .error_note(*status, body, &options.http.headers),
         );
     }
-    let mut explained = Explained::default();
+    let mut explained = Explained {
+        collected: collected.clone(),
+        ..Explained::default()
+    };
     if let Some(base) = &options.agent_url {
         match agent::stats(&client, base).await {
             Ok(stats) => explained.collector = stats.collector,
@@ -465,6 +524,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         collector: explained.collector.clone(),
         trim: explained.trim.clone(),
         native: explained.native.clone(),
+        collected,
         ..state.evidence(options, measured)
     };
     let recording = recording::Recording {
@@ -656,6 +716,9 @@ async fn snapshot(
 
 #[derive(Default)]
 struct State {
+    /// With `--trim`: the request and each series' level right after the full collection at
+    /// the warm-up's end.
+    collected_start: Option<(u64, BTreeMap<String, i64>)>,
     /// Series name → kind and samples.
     series: BTreeMap<String, (Kind, Vec<Sample>)>,
     errors: BTreeMap<String, usize>,
@@ -731,7 +794,22 @@ impl State {
             collector: None,
             trim: None,
             native: None,
+            collected: None,
         }
+    }
+
+    /// Each series' level now, from every signal still read.
+    async fn levels(&self, options: &ScanOptions) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for (i, signal) in options.signals.iter().enumerate() {
+            if self.dead_signals.contains(&i) {
+                continue;
+            }
+            if let Ok(readings) = signal.read().await {
+                out.extend(readings.into_iter().map(|r| (r.series, r.bytes)));
+            }
+        }
+        out
     }
 
     /// Where the target began to fail, if the scan stopped for it: its first error answer, or

@@ -79,12 +79,17 @@ impl ScanReport {
     /// series could be judged).
     pub fn first_lines(&self) -> Vec<String> {
         let (answer, words) = self.outcome_words();
+        let garbage = self.garbage();
         let deciding = self.deciding().and_then(|s| {
             let j = s.judgement.as_ref()?;
+            let verdict = if garbage {
+                "grew".to_string() // and full collections gave it back: not a leak
+            } else {
+                j.verdict.to_string()
+            };
             Some(format!(
-                " ({} {}, {} a request)",
+                " ({} {verdict}, {} a request)",
                 s.series,
-                j.verdict,
                 human_bytes(j.slope.bytes_per_request)
             ))
         });
@@ -147,6 +152,9 @@ impl ScanReport {
 
     /// "PASS: nothing runs out within the budget" and its words apart.
     fn outcome_words(&self) -> (&'static str, &'static str) {
+        if self.outcome == Outcome::Pass && self.garbage() {
+            return ("PASS", "the growth is the collector's garbage");
+        }
         match (self.outcome, self.budget) {
             (Outcome::Pass, Some(_)) => ("PASS", "nothing runs out within the budget"),
             (Outcome::Pass, None) => ("PASS", "no leak proven"),
@@ -158,6 +166,14 @@ impl ScanReport {
             ),
             (Outcome::CannotJudge, _) => ("CANNOT JUDGE", "too little to go on"),
         }
+    }
+
+    /// The axis says full collections gave the growth back.
+    fn garbage(&self) -> bool {
+        self.explained
+            .axis
+            .as_ref()
+            .is_some_and(|a| a.axis == crate::diagnosis::Axis::Garbage)
     }
 
     /// The budget, or the rule without one (the pytest plugin's words) and the rate of the times.

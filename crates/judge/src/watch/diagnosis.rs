@@ -170,6 +170,7 @@ pub fn owner(
             },
             step: if clock { "second" } else { "request" },
             steps: clock.then_some(seconds),
+            kept: None,
             python_mechanism: if clock {
                 "a Python holder reachable from a root is filled by the clock (a background thread, a timer)"
             } else {
