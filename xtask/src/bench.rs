@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: the criterion groups (the fixes, the probes and native-stack capture,
 //! snapshot explain of every writer's shape at 1 GB and of 5 GB, fleet judging), the Python
-//! agent's costs (crates/cli/python/bench/census_bench.py), then the HTTP comparison with the
+//! agent's costs (crates/cli/python/bench/census_bench.py) and the pytest plugin's
+//! (plugin_overhead.py), then the HTTP comparison with the
 //! Python twin (`leaklab-lab bench`); writes docs/benchmarks.md.
 
 use crate::process::run;
@@ -95,5 +96,15 @@ fn agent_costs(torch: &Torch) -> Result<()> {
         String::from_utf8_lossy(&output.stderr)
     );
     std::fs::write(out.join("native.json"), output.stdout)?;
+    let mut plugin = torch.python_command("the pytest plugin's bench")?;
+    plugin
+        .args([
+            "crates/cli/python/bench/plugin_overhead.py",
+            "--repeat",
+            "5",
+            "--json",
+        ])
+        .arg(out.join("plugin.json"));
+    run(plugin).context("plugin_overhead.py failed")?;
     Ok(())
 }

@@ -63,11 +63,16 @@ pub struct JudgeRequest {
     #[serde(default = "default_unit")]
     pub unit: String,
     pub series: Vec<SeriesIn>,
-    /// Censuses after the warm-up and after the last call, for who holds it.
+    /// Censuses around `census_calls` further calls (or, without it, after the warm-up and
+    /// after the last call), for who holds it.
     #[serde(default)]
     pub census_before: Option<Census>,
     #[serde(default)]
     pub census_after: Option<Census>,
+    /// The calls between the two censuses where they are not the judged ones: the plugin takes
+    /// them only once a check failed, around further calls, so that a passing check pays none.
+    #[serde(default)]
+    pub census_calls: Option<u64>,
 }
 
 fn default_unit() -> String {
@@ -180,7 +185,11 @@ pub fn judge_request(request: &JudgeRequest) -> JudgeAnswer {
         Outcome::CannotJudge
     };
     let census = match (&request.census_before, &request.census_after) {
-        (Some(b), Some(a)) => Some(agent::diff(b, a, request.calls)),
+        (Some(b), Some(a)) => Some(agent::diff(
+            b,
+            a,
+            request.census_calls.unwrap_or(request.calls),
+        )),
         _ => None,
     };
     let diagnosis = (outcome == Outcome::Fail)
@@ -408,9 +417,14 @@ fn message(
         lines.push(format!("  {line}"));
     }
     if let Some(c) = census {
-        lines.push(format!(
-            "who holds it (tensor census after the warm-up and after the last {unit}):"
-        ));
+        lines.push(match request.census_calls {
+            Some(n) => format!(
+                "who holds it (tensor census before and after {n} further {unit}s, taken once it failed):"
+            ),
+            None => format!(
+                "who holds it (tensor census after the warm-up and after the last {unit}):"
+            ),
+        });
         lines.push(c.text(8, unit));
     }
     lines.join("\n")
@@ -452,6 +466,7 @@ mod tests {
             series,
             census_before: None,
             census_after: None,
+            census_calls: None,
         }
     }
 

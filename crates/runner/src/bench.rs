@@ -56,6 +56,26 @@ pub struct BenchReport {
     /// The agent's native trace (native_window.py's output), when it was measured.
     #[serde(default)]
     pub native: Option<NativeCosts>,
+    /// The pytest plugin's price (plugin_overhead.py's output), when it was measured.
+    #[serde(default)]
+    pub plugin: Option<PluginCosts>,
+}
+
+/// What the pytest plugin costs: crates/cli/python/bench/plugin_overhead.py's JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PluginCosts {
+    pub repeat: usize,
+    /// Per kind of check (`no-op`: passing, `leak`: failing), each part's median seconds.
+    pub parts: std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+    pub six: SixTests,
+}
+
+/// The file of six small leak tests under pytest against the plain loop of its calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SixTests {
+    pub pytest_seconds: f64,
+    pub loop_seconds: f64,
+    pub ratio: f64,
 }
 
 /// What the agent's native trace costs: crates/cli/python/bench/native_window.py's JSON.
@@ -243,6 +263,9 @@ pub async fn bench(options: &BenchOptions) -> BenchReport {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok()),
         native: std::fs::read(options.criterion_dir.join("agent/native.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok()),
+        plugin: std::fs::read(options.criterion_dir.join("agent/plugin.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok()),
     }
@@ -438,6 +461,7 @@ impl BenchReport {
         md.push_str(&self.instrument_markdown());
         md.push_str(&self.agent_markdown());
         md.push_str(&self.native_markdown());
+        md.push_str(&self.plugin_markdown());
         md.push_str(&crate::corpus::markdown(std::path::Path::new(
             crate::corpus::RECORDINGS,
         )));
@@ -480,6 +504,53 @@ impl BenchReport {
                 c.peak_rss_growth_mb
             ));
         }
+        md
+    }
+
+    /// The pytest gate's price: what a passing and a failing check add to their calls, part by
+    /// part, and a file of six small leak tests against the plain loop of its calls.
+    fn plugin_markdown(&self) -> String {
+        let Some(p) = &self.plugin else {
+            return "\n## The pytest gate's price\n\nNot measured (crates/cli/python/bench/plugin_overhead.py).\n".into();
+        };
+        let ms = |what: &str, part: &str| {
+            p.parts
+                .get(what)
+                .and_then(|s| s.get(part))
+                .map_or("-".to_string(), |v| format!("{:.1} ms", v * 1e3))
+        };
+        let added = |what: &str| {
+            p.parts.get(what).map_or("-".to_string(), |s| {
+                let get = |k: &str| s.get(k).copied().unwrap_or(0.0);
+                format!(
+                    "**{:.1} ms**",
+                    (get("total") - get("calls") - get("warmup")) * 1e3
+                )
+            })
+        };
+        let mut md = format!(
+            "\n## The pytest gate's price\n\nFrom crates/cli/python/bench/plugin_overhead.py (medians of {} checks, in a process holding torch, FastAPI and pytest): what `leak_check` adds to its calls. A passing check takes its samples and one verdict; a failing one then takes a census, 100 further calls, a census, and the verdict again with the holders that grew (goals: 100 ms and 1 s).\n\n| check | added | first young collection | censuses | samples: gc | samples: anonymous memory | samples: tally | judge |\n|---|---|---|---|---|---|---|---|\n",
+            p.repeat
+        );
+        for (what, name) in [
+            ("no-op", "passing (a no-op)"),
+            ("leak", "failing (2 kB a call kept)"),
+        ] {
+            md.push_str(&format!(
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+                added(what),
+                ms(what, "collect_first"),
+                ms(what, "census"),
+                ms(what, "collect"),
+                ms(what, "anonymous"),
+                ms(what, "tally"),
+                ms(what, "judge"),
+            ));
+        }
+        md.push_str(&format!(
+            "\nA file of six small leak tests (three keep 2 kB a call, three keep nothing; a 512 -> 512 `Linear` on a batch of 8 a call, 30 + 300 calls each), run by pytest in the same process as the plain loop of the same calls, side by side: pytest {:.2} s, the loop {:.2} s, **{:.1}x** (goal 1.5x).\n",
+            p.six.pytest_seconds, p.six.loop_seconds, p.six.ratio
+        ));
         md
     }
 
@@ -592,8 +663,20 @@ mod tests {
                 serde_json::from_str(include_str!("../tests/fixtures/native_window.json"))
                     .expect("native_window.py's JSON"),
             ),
+            plugin: Some(
+                serde_json::from_str(include_str!("../tests/fixtures/plugin_overhead.json"))
+                    .expect("plugin_overhead.py's JSON"),
+            ),
         };
         let md = report.markdown("test");
+        assert!(
+            md.contains("| passing (a no-op) | **52.5 ms** | 0.0 ms | 0.0 ms | 3.6 ms | 10.7 ms | 6.6 ms | 4.5 ms |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("pytest 2.67 s, the loop 0.15 s, **17.9x** (goal 1.5x)"),
+            "{md}"
+        );
         assert!(
             md.contains("| 1 | 0.97 s | 2.97 s | 1.30 s | 1.85 MB | 2.42 s | 199.0 MB | 34.3 MB | onednn_primitive_cache |"),
             "{md}"

@@ -5,9 +5,13 @@
 Imports torch, FastAPI and pytest (the objects a real test session holds), then times, each
 ``--repeat`` times (median, min and max printed):
 
-- a check of a function that does nothing (the fixed cost: a first ``gc.collect()``, one census,
-  330 samples, the judge), with torch imported and, in a subprocess, without it;
-- a check of a function that keeps a 2 kB tensor a call (adds the second census);
+- a check of a function that does nothing (the fixed cost of a passing check: a young
+  collection, 330 samples, the judge), with torch imported and, in a subprocess, without it;
+- a check of a function that keeps a 2 kB tensor a call (a failing check: adds two censuses
+  around 100 further calls, and the judge again);
+- a file of six small leak tests (three keep 2 kB a call, three keep nothing; each call a
+  512 -> 512 ``Linear`` on a batch of 8; the fixture's default call counts), run by pytest in
+  this process, against a plain loop of the same calls in this process, side by side;
 - the parts alone: one full census, one tally, one ``gc.collect()`` with and without the
   collector frozen, one ``leaklab judge`` subprocess on a 300-call request.
 """
@@ -57,6 +61,7 @@ def line(what: str, values: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", help="also write the figures to this file (cargo xtask bench)")
     args = parser.parse_args()
     import warnings
 
@@ -131,6 +136,108 @@ def main() -> None:
     print("\nWhere a check's time went (median seconds over the repeats):\n")
     for what, seconds in parts.items():
         print(f"- {what}: " + ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in seconds.items()))
+    six = six_tests(args.repeat)
+    print(
+        f"\nSix small leak tests: pytest {six['pytest_seconds']:.2f} s, the plain loop of the same calls "
+        f"{six['loop_seconds']:.2f} s: {six['ratio']:.2f}x (medians of {args.repeat} side by side)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "repeat": args.repeat,
+                    "parts": {w: {k: statistics.median(v) for k, v in s.items()} for w, s in parts.items()},
+                    "six": six,
+                },
+                f,
+            )
+
+
+SIX = """
+import torch
+
+torch.set_num_threads(1)
+MODEL = torch.nn.Linear(512, 512)
+X = torch.randn(8, 512)
+KEPT = []
+
+
+def call(keep):
+    with torch.no_grad():
+        out = MODEL(X)
+    if keep:
+        KEPT.append(out[0].clone())  # 512 float32: 2 kB a call
+
+
+def test_keeps_a(leak_check):
+    leak_check(lambda: call(True))
+
+
+def test_keeps_b(leak_check):
+    leak_check(lambda: call(True))
+
+
+def test_keeps_c(leak_check):
+    leak_check(lambda: call(True))
+
+
+def test_clean_a(leak_check):
+    leak_check(lambda: call(False))
+
+
+def test_clean_b(leak_check):
+    leak_check(lambda: call(False))
+
+
+def test_clean_c(leak_check):
+    leak_check(lambda: call(False))
+"""
+
+
+def six_tests(repeat: int) -> dict[str, Any]:
+    """The file of six tests under pytest (in this process, the plugin loaded), and the plain
+    loop of the same calls (6 x 330), interleaved, ``repeat`` times each; medians."""
+    import tempfile
+
+    import pytest
+    import torch
+
+    folder = tempfile.mkdtemp(prefix="leaklab-six-")
+    path = os.path.join(folder, "test_six.py")
+    with open(path, "w") as f:
+        f.write(SIX)
+    model, x, kept = torch.nn.Linear(512, 512), torch.randn(8, 512), []
+
+    def loop() -> None:
+        for keep in (True, True, True, False, False, False):
+            for _ in range(330):
+                with torch.no_grad():
+                    out = model(x)
+                if keep:
+                    kept.append(out[0].clone())
+        kept.clear()
+
+    # The plugin as pip registers it (the wheel's pytest11 entry point), else by name.
+    import importlib.metadata
+
+    registered = any(ep.value == "leaklab.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+    load = (
+        [] if registered and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else ["-p", "leaklab.pytest_plugin"]
+    )
+    runs: list[float] = []
+    loops: list[float] = []
+    outcomes: list[int] = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        code = pytest.main(
+            ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *load, path],
+        )
+        runs.append(time.perf_counter() - t)
+        outcomes.append(int(code))
+        sys.modules.pop("test_six", None)
+        loops.append(timed(loop, 1)[0])
+    p, lo = statistics.median(runs), statistics.median(loops)
+    return {"pytest_seconds": p, "loop_seconds": lo, "ratio": p / lo, "exit_codes": outcomes}
 
 
 if __name__ == "__main__":

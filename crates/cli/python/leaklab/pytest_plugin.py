@@ -23,8 +23,9 @@ pools grow, lazy state is made); after each judged call, its return value droppe
   noisy (pages, pymalloc pools, glibc's arenas), so it is judged on its floor against a noise
   of at least the judge's host noise floor (64 KiB, the scan's for host memory).
 
-A full tensor census (:func:`leaklab.census.census`) after the warm-up and, where a tensor
-signal still grew at the end, after the last call names the holders that grew. The verdict
+Where a check fails, a full tensor census (:func:`leaklab.census.census`), ``CENSUS_CALLS``
+further calls and a second census name the holders that grew; a passing check takes none. The
+verdict
 comes from the ``leaklab judge`` binary, the detector ``leaklab scan`` uses, in one subprocess
 per check: a series fails when its growth is proven (its lower bound above zero, or above
 ``max_per_call``) and still going at the end; a cache that fills and stops is a plateau and
@@ -67,6 +68,9 @@ MIN_TALLY_POINTS = 32
 
 #: Bound on each full census; one that stops early says so in the failure message.
 CENSUS_SECONDS = 10.0
+#: Calls made between the two censuses of a check that failed, to name who holds what they keep
+#: (at most the check's own calls).
+CENSUS_CALLS = 100
 JUDGE_TIMEOUT_SECONDS = 120.0
 
 TENSOR_BYTES = "tensors (bytes)"
@@ -188,15 +192,6 @@ class _Sampler:
         if thinned:
             for series in (self.held, self.tensors, self.nodes):
                 series[:] = [s for s in series if (s[0] - self.warmup) % self.stride == 0]
-
-    def tensors_grew(self) -> bool:
-        """Whether a tensor signal still grew over the second half: then the holders are worth naming.
-
-        A leak grows to the end; a bounded buffer refilling just after the warm-up does not, and
-        sparing the second census there saves its cost on most passing checks.
-        """
-        exact = [self.held, self.tensors, self.nodes, *self.cuda.values()]
-        return any(len(s) >= 2 and s[-1][1] > s[len(s) // 2][1] for s in exact)
 
     def series(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -331,18 +326,18 @@ def check(
         raise ValueError(f"warmup must be zero or more calls, not {warmup!r}")
     budget = _as_bytes(max_per_call)
     clock = time.perf_counter
-    seconds: dict[str, float] = {"census": 0.0}
+    seconds: dict[str, float] = {"census": 0.0, "census_calls": 0.0}
     notes: list[str] = []
-    before = after = None
     started = clock()
-    # The collector stays frozen (gc.freeze()) through the check but for the censuses: what
-    # existed before is then neither scanned by each collection nor listed by each tally. One
-    # full collection first, so that no garbage is frozen with it (the census would climb the
-    # referrers of every tensor in it, and it would outlive the check). A process that froze
-    # objects itself keeps them so: the check then scans everything, slower but the same.
+    # The collector stays frozen (gc.freeze()) through the check: what existed before is then
+    # neither scanned by each collection nor listed by each tally. A young collection first, not
+    # a full one (100 ms in a session that imported torch): older garbage is frozen with the
+    # rest, where it stays as it was, and is collected as usual once the check thaws it. A
+    # process that froze objects itself keeps them so: the check then scans everything, slower
+    # but the same.
     frozen = _Freezer(gc.get_freeze_count() == 0)
     try:
-        gc.collect()
+        gc.collect(1)
         seconds["collect_first"] = clock() - started
         frozen.freeze()
         for _ in range(warmup):
@@ -352,14 +347,9 @@ def check(
         # Torch is looked for after the warm-up, so that a function that imports it lazily counts.
         torch = _signals.loaded_torch()
         sampler = _Sampler(torch, _signals.cuda_devices(torch) if torch is not None else [], warmup, calls)
-        if torch is not None:
-            t = clock()
+        if frozen.ours and sampler.tallier is not None:
             frozen.thaw()
-            before, note = _census()
-            notes.extend([note] if note else [])
-            seconds["census"] += clock() - t
-            if frozen.ours and sampler.tallier is not None:
-                sampler.tallier.remember()
+            sampler.tallier.remember()
             frozen.freeze()
         for i in range(warmup, warmup + calls):
             t0 = clock()
@@ -367,12 +357,6 @@ def check(
             sampler.sample(i, clock() - t0)
         seconds["calls"] = sampler.fn_seconds
         seconds.update(sampler.spent)
-        frozen.thaw()
-        if before is not None and sampler.tensors_grew():
-            t = clock()
-            after, note = _census()
-            notes.extend([note] if note else [])
-            seconds["census"] += clock() - t
     finally:
         frozen.thaw()
     if torch is None:
@@ -389,39 +373,44 @@ def check(
         "max_per_call": budget,
         "unit": "call",
         "series": sampler.series(),
-        "census_before": before,
-        "census_after": after,
+        "census_before": None,
+        "census_after": None,
     }
     t = clock()
     answer = _judge(request)
     seconds["judge"] = clock() - t
-    if answer["outcome"] == "fail" and before is not None and after is None:
-        # A failure the tensor signals did not see (anonymous memory): the census at the end
-        # still says how much of it is tensors reachable from Python, for the owner's line.
-        # Nothing ran since the last call but the judge, in its own process.
+    if answer["outcome"] == "fail" and torch is not None:
+        # Who holds it, asked only of a check that failed: a census, further calls, a census,
+        # and the judge again with the holders that grew between them.
+        extra = min(calls, CENSUS_CALLS)
         t = clock()
-        after, note = _census()
+        before, note = _census()
         seconds["census"] += clock() - t
-        if after is not None:
-            request["census_after"] = after
+        if before is not None:
+            t = clock()
+            for _ in range(extra):
+                _call(fn)
+            seconds["census_calls"] = clock() - t
+            t = clock()
+            after, note = _census()
+            seconds["census"] += clock() - t
+        if before is not None and after is not None:
+            request.update(census_before=before, census_after=after, census_calls=extra)
             t = clock()
             answer = _judge(request)
             seconds["judge"] += clock() - t
         elif note:
             notes.append(note)
-    if before is not None and after is None:
-        notes.append(
-            "who holds it: not asked, no tensor signal grew (growth seen elsewhere is outside tensors: "
-            "Python objects, C++ allocations, native caches)"
-        )
     seconds["total"] = clock() - started
     added = seconds["total"] - seconds["calls"] - seconds["warmup"]
     lines = [answer["message"], *(f"  Note: {n}" for n in notes)]
+    census_part = f"censuses {seconds['census']:.2f} s, " if seconds["census"] else ""
+    if seconds["census_calls"]:
+        census_part += f"{extra} further calls between them {seconds['census_calls']:.2f} s, "
     lines.append(
         f"leak_check: {warmup} + {calls} calls of {_name(fn)} took {seconds['warmup'] + seconds['calls']:.2f} s; "
-        f"the check added {added:.2f} s (a first gc.collect() {seconds['collect_first']:.2f} s, censuses "
-        f"{seconds['census']:.2f} s, samples "
-        f"{seconds['collect'] + seconds['anonymous'] + seconds['cuda'] + seconds['tally']:.2f} s, "
+        f"the check added {added:.2f} s (a first young collection {seconds['collect_first']:.2f} s, {census_part}"
+        f"samples {seconds['collect'] + seconds['anonymous'] + seconds['cuda'] + seconds['tally']:.2f} s, "
         f"judge {seconds['judge']:.2f} s)"
     )
     return LeakReport(

@@ -259,7 +259,8 @@ def test_every_leak_fails_and_names_its_holder_and_bytes_per_call(pytester: pyte
         "memory leak: 300 calls judged after 30 warm-up calls, no budget: any growth proven is a leak",
         "FAIL tensors (bytes): leak at 2.05 kB (bound 2.05 kB .. 2.05 kB) per call (exact;",
         "FAIL tensors (objects): leak at 1 (bound 1 .. 1) per call",
-        "test_cases.KEPT (module global): +300 tensors, +614.40 kB (2.05 kB per call)",
+        "who holds it (tensor census before and after 100 further calls, taken once it failed):",
+        "test_cases.KEPT (module global): +100 tensors, +204.80 kB (2.05 kB per call)",
         "calls of test_outputs_kept.<locals>.<lambda> took",
     )
     # The graph: the ReLU's 8 x 256 float32 output saved each call (8,192 bytes), seven nodes.
@@ -269,14 +270,14 @@ def test_every_leak_fails_and_names_its_holder_and_bytes_per_call(pytester: pyte
         "failed",
         "FAIL tensors (bytes): leak at 8.19 kB (bound 8.19 kB .. 8.19 kB) per call",
         "FAIL autograd graph nodes: leak at 7 (bound 7 .. 7) per call",
-        "test_cases.Running.loss (class attribute): +2.46 MB (8.19 kB per call), +2100 autograd graph nodes",
+        "test_cases.Running.loss (class attribute): +819.20 kB (8.19 kB per call), +700 autograd graph nodes",
         "a call: `test_cases.Running.loss` (class attribute) grew most",
     )
     _check(
         reports,
         "test_unbounded_cache_keyed_by_call",
         "failed",
-        "test_cases.CACHE (module global): +300 tensors, +614.40 kB (2.05 kB per call)",
+        "test_cases.CACHE (module global): +100 tensors, +204.80 kB (2.05 kB per call)",
     )
     _check(reports, "test_unbounded_lru_cache", "failed", "FAIL tensors (bytes): leak at 256 B", "test_cases.embed")
     _check(
@@ -284,21 +285,21 @@ def test_every_leak_fails_and_names_its_holder_and_bytes_per_call(pytester: pyte
         "test_a_kibibyte_a_call",
         "failed",
         "FAIL tensors (bytes): leak at 1.02 kB (bound 1.02 kB .. 1.02 kB) per call",
-        "test_cases.SMALL (module global): +300 tensors, +307.20 kB (1.02 kB per call)",
+        "test_cases.SMALL (module global): +100 tensors, +102.40 kB (1.02 kB per call)",
     )
     _check(
         reports,
         "test_sixty_four_bytes_a_call",
         "failed",
         "FAIL tensors (bytes): leak at 64 B (bound 64 B .. 64 B) per call",
-        "test_cases.TINY (module global): +300 tensors, +19.20 kB (64 B per call)",
+        "test_cases.TINY (module global): +100 tensors, +6.40 kB (64 B per call)",
     )
     _check(
         reports,
         "test_marked_body_keeps_outputs",
         "failed",
         "memory leak: 200 calls judged after 20 warm-up calls",
-        "test_cases.MARKED (module global): +200 tensors, +409.60 kB (2.05 kB per call)",
+        "test_cases.MARKED (module global): +100 tensors, +204.80 kB (2.05 kB per call)",
         "calls of the body of test_marked_body_keeps_outputs took",
     )
     # Not tensors: only the anonymous memory sees it, at about its 16,384 bytes a call; the
