@@ -495,18 +495,31 @@ pub fn owner_kept(
                 .processes
                 .iter()
                 .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
-            let who = child.map_or("a child process".into(), |c| {
-                format!("child process {} ({})", c.pid, c.command)
-            });
-            weighed.instead(
-                Owner::OtherProcess,
-                format!("{who}: the service process's own memory is flat, so a census inside it finds nothing"),
-                "a worker process of the service keeps what the requests give it",
-                format!("look inside that process: leaklab scan --pid {} (its census, where it serves the agent)", child.map_or(0, |c| c.pid)),
-            )
+            other_process(weighed, child, "scan")
         }
         _ => weighed,
     }
+}
+
+/// The owner of a growth in a process beside the serving ones (a worker, a child), `grew` the
+/// one that grew, for the scan and the watch alike; `tool`, the command that looks inside it.
+pub fn other_process(
+    weighed: OwnerReading,
+    grew: Option<&ProcessGrowth>,
+    tool: &str,
+) -> OwnerReading {
+    let who = grew.map_or("another process of the service".into(), |c| {
+        format!("process {} ({})", c.pid, c.command)
+    });
+    weighed.instead(
+        Owner::OtherProcess,
+        format!("{who}: the serving processes' own memory is flat, so a census inside them finds nothing"),
+        "a worker process of the service keeps what the requests give it",
+        format!(
+            "look inside that process: leaklab {tool} --pid {} (its census, where it serves the agent)",
+            grew.map_or(0, |c| c.pid)
+        ),
+    )
 }
 
 /// What a census is weighed against: the memory's growth a step, by the axis's own rate.

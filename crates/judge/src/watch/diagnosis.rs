@@ -9,7 +9,7 @@
 
 use super::looks::RunResult;
 use crate::agent::{CensusDiff, Collector};
-use crate::diagnosis::{census_owner, kebab, Owner, OwnerReading, Weighed};
+use crate::diagnosis::{census_owner, kebab, other_process, Owner, OwnerReading, Weighed};
 use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
@@ -198,19 +198,11 @@ pub fn owner(
             "none needed".into(),
         ),
         Axis::OtherProcess => {
-            let child = axis
+            let grew = axis
                 .processes
                 .iter()
                 .find(|p| p.verdict == Some(Verdict::Leak));
-            let who = child.map_or("another process".into(), |c| {
-                format!("process {} ({})", c.pid, c.command)
-            });
-            weighed.instead(
-                Owner::OtherProcess,
-                format!("{who}: the serving processes' own memory is flat, so a census inside them finds nothing"),
-                "a process beside the serving ones keeps what the requests give it",
-                format!("look inside that process: leaklab watch --pid {} (with its agent, where it serves one)", child.map_or(0, |c| c.pid)),
-            )
+            other_process(weighed, grew, "watch")
         }
         Axis::PerRequest | Axis::ByTheClock => weighed,
     }
