@@ -73,6 +73,7 @@ groups! {
         "crates/cli/python/tests/test_generated_names.py",
         "crates/cli/python/tests/test_process_state.py",
         "crates/cli/python/tests/test_workers.py",
+        "crates/cli/python/tests/test_serve_agent.py",
         "crates/cli/python/tests/test_pytest_plugin_twin.py",
         "crates/cli/python/tests/test_native.py",
     ],

@@ -531,6 +531,30 @@ pub struct Stats {
     pub collector: Option<Collector>,
     #[serde(default)]
     pub threads: Option<ThreadsAlive>,
+    /// Where the workers share a folder (`workers_dir`): the whole server.
+    #[serde(default)]
+    pub workers: Option<Workers>,
+}
+
+/// The agents a server's workers serve of their own, by PID, from its `stats`.
+pub fn registered(workers: Option<&Workers>) -> BTreeMap<u32, String> {
+    workers.map_or_else(BTreeMap::new, |w| {
+        w.agents
+            .iter()
+            .filter_map(|(pid, url)| Some((pid.parse().ok()?, url.clone())))
+            .collect()
+    })
+}
+
+/// The workers of one server, as the agent's `stats` lists them (`workers`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Workers {
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    /// PID -> the agent's base URL, for the workers that serve one of their own
+    /// (`leaklab.serve_agent()`): where to look inside each.
+    #[serde(default)]
+    pub agents: BTreeMap<String, String>,
 }
 
 /// One step of the trim probe: the resident anonymous memory it gave back.

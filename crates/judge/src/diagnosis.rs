@@ -18,6 +18,7 @@ use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::{NoisyJudgement, Slope, Verdict};
 use leaklab_report::{human_bytes, signed_bytes};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The axis memory grows along, as measured (the zoo's vocabulary, lab/zoo/_zoo.py).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -432,17 +433,19 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
 ) -> OwnerReading {
-    owner_kept(axis, census, collector, None)
+    owner_kept(axis, census, collector, None, &BTreeMap::new())
 }
 
 /// [`owner`], where `kept` is what the memory kept a request through full collections at the
 /// warm-up's end and at the judged requests' end (the trim probe's, [`crate::evidence::Collected`]):
-/// with it, garbage is ruled out or not by measurement, not by the census's share.
+/// with it, garbage is ruled out or not by measurement, not by the census's share. `agents`: the
+/// agents the service's workers serve of their own, by PID (where to look inside one).
 pub fn owner_kept(
     axis: &AxisReading,
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
     kept: Option<f64>,
+    agents: &BTreeMap<u32, String>,
 ) -> OwnerReading {
     let step = "request";
     let weighed = census_owner(
@@ -495,7 +498,7 @@ pub fn owner_kept(
                 .processes
                 .iter()
                 .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
-            other_process(weighed, child, "scan")
+            other_process(weighed, child, "scan", agents)
         }
         _ => weighed,
     }
@@ -507,18 +510,22 @@ pub fn other_process(
     weighed: OwnerReading,
     grew: Option<&ProcessGrowth>,
     tool: &str,
+    agents: &BTreeMap<u32, String>,
 ) -> OwnerReading {
     let who = grew.map_or("another process of the service".into(), |c| {
         format!("process {} ({})", c.pid, c.command)
     });
+    let pid = grew.map_or(0, |c| c.pid);
+    let fix = match agents.get(&pid) {
+        // A worker that serves the agent itself (leaklab.serve_agent()): its census is a scan away.
+        Some(url) => format!("look inside that process through the agent it serves: leaklab {tool} … --pid {pid} --agent {url} (its census names the holder)"),
+        None => format!("look inside that process: leaklab {tool} --pid {pid} (its census, where it serves the agent: leaklab.serve_agent() in a worker that serves no HTTP)"),
+    };
     weighed.instead(
         Owner::OtherProcess,
         format!("{who}: the serving processes' own memory is flat, so a census inside them finds nothing"),
         "a worker process of the service keeps what the requests give it",
-        format!(
-            "look inside that process: leaklab {tool} --pid {} (its census, where it serves the agent)",
-            grew.map_or(0, |c| c.pid)
-        ),
+        fix,
     )
 }
 
@@ -1120,6 +1127,17 @@ mod tests {
         );
         let o = owner(&b, None, None);
         assert_eq!(o.owner, Owner::OtherProcess);
+        assert!(o.fix.contains("leaklab scan --pid 11"), "{}", o.fix);
+        // A worker that serves the agent itself: the fix is its census, at its address.
+        let agents = BTreeMap::from([(11, "http://127.0.0.1:4242/debug/leaklab".to_string())]);
+        let served = owner_kept(&b, None, None, None, &agents);
+        assert!(
+            served
+                .fix
+                .contains("--pid 11 --agent http://127.0.0.1:4242/debug/leaklab"),
+            "{}",
+            served.fix
+        );
         // Both growing: the service itself leaks, the child's line is evidence only.
         let both = vec![
             process(10, true, Verdict::Leak),
@@ -1194,7 +1212,13 @@ mod tests {
             awaiting.words.contains("awaiting the collector") && awaiting.fix.contains("--trim")
         );
         // Kept through full collections at both ends (12 kB a request): not garbage, native.
-        let kept = owner_kept(&a, Some(&cycle), Some(&on), Some(12_000.0));
+        let kept = owner_kept(
+            &a,
+            Some(&cycle),
+            Some(&on),
+            Some(12_000.0),
+            &BTreeMap::new(),
+        );
         assert_eq!(kept.owner, Owner::Native, "{}", kept.words);
         assert!(
             kept.words.contains("not the collector's garbage"),

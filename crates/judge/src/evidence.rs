@@ -93,6 +93,10 @@ pub struct Evidence {
     /// probe), at the warm-up's end and at the front end's end.
     #[serde(default)]
     pub collected: Option<Collected>,
+    /// The agents the service's workers serve of their own (`leaklab.serve_agent()`), by PID,
+    /// as the agent's `stats` listed them: where to look inside a process that grows.
+    #[serde(default)]
+    pub agents: BTreeMap<u32, String>,
 }
 
 /// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, at the

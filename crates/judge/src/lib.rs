@@ -335,6 +335,7 @@ fn explain(
         evidence.census.as_ref(),
         evidence.collector.as_ref(),
         kept,
+        &evidence.agents,
     );
     if let Some(native) = &evidence.native {
         if let Some(h) = native.holders.first() {
@@ -394,6 +395,7 @@ mod tests {
             trim: None,
             native: None,
             collected: None,
+            agents: Default::default(),
         }
     }
 

@@ -478,13 +478,17 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .error_note(*status, body, &options.http.headers),
         );
     }
+    let mut agents = BTreeMap::new();
     let mut explained = Explained {
         collected: collected.clone(),
         ..Explained::default()
     };
     if let Some(base) = &options.agent_url {
         match agent::stats(&client, base).await {
-            Ok(stats) => explained.collector = stats.collector,
+            Ok(stats) => {
+                explained.collector = stats.collector;
+                agents = agent::registered(stats.workers.as_ref());
+            }
             Err(e) => state
                 .notes
                 .push(format!("no process state from the agent's /stats: {e:#}")),
@@ -525,6 +529,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         trim: explained.trim.clone(),
         native: explained.native.clone(),
         collected,
+        agents,
         ..state.evidence(options, measured)
     };
     let recording = recording::Recording {
@@ -795,6 +800,7 @@ impl State {
             trim: None,
             native: None,
             collected: None,
+            agents: BTreeMap::new(),
         }
     }
 

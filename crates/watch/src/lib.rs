@@ -192,6 +192,7 @@ pub fn run(cmd: WatchCommand) -> Result<WatchReport> {
         gauges: cmd.series.clone(),
         kinds: BTreeMap::new(),
         collector: None,
+        agents: BTreeMap::new(),
     };
     runtime.block_on(watch(&cmd, sampler, budget))
 }
@@ -457,6 +458,7 @@ async fn watch(
         .map(|t| t.map(|(root, r)| (root, r.look())))
         .collect();
     evidence.collector = sampler.collector.clone();
+    evidence.agents = sampler.agents.clone();
     // On a leak, with the agent: who holds it now against the start, and on CUDA the snapshot.
     let mut snapshot = None;
     if let (Outcome::Fail, Counter::Agent(base)) =

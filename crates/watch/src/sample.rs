@@ -64,6 +64,9 @@ struct Workers {
     pids: Vec<u32>,
     requests: Counts,
     process: Figures,
+    /// PID -> the agent a worker serves of its own (`leaklab.serve_agent()`).
+    #[serde(default)]
+    agents: BTreeMap<String, String>,
 }
 
 /// The sources of one watch, read together at every look.
@@ -78,6 +81,8 @@ pub struct Sampler {
     pub kinds: BTreeMap<String, Kind>,
     /// The agent's collector state at the last look that read it.
     pub collector: Option<Collector>,
+    /// The agents the workers serve of their own, by PID, as the looks found them.
+    pub agents: BTreeMap<u32, String>,
 }
 
 impl Sampler {
@@ -104,6 +109,13 @@ impl Sampler {
                 let stats = self.stats(&base).await?;
                 if stats.collector.is_some() {
                     self.collector.clone_from(&stats.collector);
+                }
+                if let Some(w) = &stats.workers {
+                    self.agents.extend(
+                        w.agents
+                            .iter()
+                            .filter_map(|(pid, url)| Some((pid.parse().ok()?, url.clone()))),
+                    );
                 }
                 let (counts, figures, pids) = match &stats.workers {
                     Some(w) => {

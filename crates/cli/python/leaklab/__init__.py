@@ -7,6 +7,8 @@ The heavy work is done by the ``leaklab`` binary shipped in this wheel (``leakla
   the memory alive" with a tensor census (``/debug/leaklab/tensors``).
 - :mod:`leaklab.census`: the tensor census itself, as a function.
 - :mod:`leaklab.pytest_plugin`: the ``leak_check`` fixture and marker (registered on install).
+- :func:`serve_agent` (:mod:`leaklab.serve`): the agent's routes from a process that serves no
+  HTTP of its own (an inference worker), on loopback, registered in the workers' folder.
 
 Importing ``leaklab`` imports no torch: the parts that need it import it when they run.
 """
@@ -14,8 +16,9 @@ Importing ``leaklab`` imports no torch: the parts that need it import it when th
 from __future__ import annotations
 
 from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
+from leaklab.serve import AgentServer, serve_agent
 
-__all__ = ["LeaklabNotFound", "__version__", "find_leaklab_bin"]
+__all__ = ["AgentServer", "LeaklabNotFound", "__version__", "find_leaklab_bin", "serve_agent"]
 
 
 def _version() -> str:

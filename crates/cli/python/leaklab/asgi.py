@@ -165,6 +165,9 @@ class WorkersDoc(TypedDict):
     requests: Requests  #: summed over ``pids``
     process: ProcessStats  #: RSS and anonymous memory summed over ``pids``
     oldest_seconds: float  #: the age of the oldest figures summed (at most a few ``workers_period``)
+    #: PID -> the agent's base URL, for the workers that serve one of their own
+    #: (:func:`leaklab.serve_agent`): where to look inside each
+    agents: dict[str, str]
 
 
 class StatsDoc(TypedDict):
@@ -288,6 +291,7 @@ class LeaklabDebug:
         }
         _check_range("workers_period", workers_period, 0.0, 60.0, exclusive_low=True)
         self._serving = False  # set by the first lifespan scope: a worker, not a preloading master
+        self.url: str | None = None  # where this agent answers, where it serves itself (serve_agent)
         self._workers: _Workers | None = None
         folder = workers_dir if workers_dir is not None else os.environ.get("LEAKLAB_WORKERS_DIR") or None
         if folder is not None:
@@ -300,6 +304,17 @@ class LeaklabDebug:
             note = _attach_oom_observer(oom_snapshot_dir, oom_snapshot_limit)
             if note:
                 log.warning("leaklab: oom_snapshot_dir=%s: %s", oom_snapshot_dir, note)
+
+    @property
+    def prefix(self) -> str:
+        """Where the routes live (``/debug/leaklab``)."""
+        return self._prefix
+
+    def serve_here(self, url: str) -> None:
+        """This agent answers at ``url`` from a server of its own (:func:`leaklab.serve_agent`):
+        a worker from now on, its address registered with its figures in ``workers_dir``."""
+        self.url = url
+        self._serving = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The only work on the request path: one type check, one prefix comparison and, for
@@ -614,6 +629,7 @@ class _Workers:
             "answered": self.agent.answered,
             "rss_bytes": process["rss_bytes"],
             "anonymous_bytes": process["anonymous_bytes"],
+            "agent": self.agent.url,
         }
 
     def _write(self) -> None:
@@ -657,6 +673,7 @@ class _Workers:
             "answered": self.agent.answered,
             "rss_bytes": mine["rss_bytes"],
             "anonymous_bytes": mine["anonymous_bytes"],
+            "agent": self.agent.url,
         }
 
         def total(key: str) -> int | None:
@@ -674,6 +691,7 @@ class _Workers:
                 source=f"the sum over {len(found)} workers of {mine['source']}",
             ),
             oldest_seconds=round(max(now - float(d["updated_at"]) for d in found.values()), 3),
+            agents={str(pid): d["agent"] for pid, d in sorted(found.items()) if isinstance(d.get("agent"), str)},
         )
 
 

@@ -159,6 +159,7 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
     seconds: f64,
+    agents: &std::collections::BTreeMap<u32, String>,
 ) -> OwnerReading {
     let clock = axis.axis == Axis::ByTheClock;
     let weighed = census_owner(
@@ -202,7 +203,7 @@ pub fn owner(
                 .processes
                 .iter()
                 .find(|p| p.verdict == Some(Verdict::Leak));
-            other_process(weighed, grew, "watch")
+            other_process(weighed, grew, "watch", agents)
         }
         Axis::PerRequest | Axis::ByTheClock => weighed,
     }
@@ -339,7 +340,7 @@ mod tests {
         );
         // 300 requests of 32.77 kB: the census holds all of it.
         let held = census("service.KEPT", "module global", 300 * 32_768, 300);
-        let o = owner(&a, Some(&held), None, 60.0);
+        let o = owner(&a, Some(&held), None, 60.0, &Default::default());
         assert_eq!(
             (o.owner, o.holder.as_deref()),
             (Owner::Python, Some("service.KEPT"))
@@ -350,13 +351,16 @@ mod tests {
         );
         // A tenth of it: not Python's; none at all: unknown.
         let little = census("service.KEPT", "module global", 30 * 32_768, 300);
-        assert_eq!(owner(&a, Some(&little), None, 60.0).owner, Owner::Native);
+        assert_eq!(
+            owner(&a, Some(&little), None, 60.0, &Default::default()).owner,
+            Owner::Native
+        );
         // The scan's rule, said once: a disabled collector is a finding and the mechanism.
         let off = Collector {
             enabled: false,
             ..Collector::default()
         };
-        let o = owner(&a, Some(&held), Some(&off), 60.0);
+        let o = owner(&a, Some(&held), Some(&off), 60.0, &Default::default());
         assert!(
             o.mechanism.contains("collector is disabled")
                 && o.findings.iter().any(|f| f.contains("gc.disable()")),
@@ -368,8 +372,15 @@ mod tests {
                 .any(|l| l.starts_with("finding:   gc is disabled")),
             "the watch's report says it"
         );
-        assert_eq!(owner(&a, None, None, 60.0).owner, Owner::Unknown);
-        let lines = first_lines("FAIL", Some(&a), Some(&owner(&a, Some(&held), None, 60.0)));
+        assert_eq!(
+            owner(&a, None, None, 60.0, &Default::default()).owner,
+            Owner::Unknown
+        );
+        let lines = first_lines(
+            "FAIL",
+            Some(&a),
+            Some(&owner(&a, Some(&held), None, 60.0, &Default::default())),
+        );
         assert!(
             lines[1].starts_with("axis:      per request: anonymous"),
             "{lines:?}"
@@ -388,7 +399,7 @@ mod tests {
         assert_eq!(a.bytes_per_hour, Some(3.6e9));
         // 1 MB a second for 20 s: a holder that grew 20 MB owns it, whatever the requests.
         let held = census("service.TICKS", "module global", 20_000_000, 3);
-        let o = owner(&a, Some(&held), None, 20.0);
+        let o = owner(&a, Some(&held), None, 20.0, &Default::default());
         assert_eq!(o.owner, Owner::Python, "{}", o.words);
         assert!(o.mechanism.contains("clock"), "{}", o.mechanism);
         // Both: per request, the clock said beside it.
@@ -398,7 +409,7 @@ mod tests {
         // Neither: none, and no mechanism line.
         let none = axis(&run(0, false, None), Vec::new(), None);
         assert_eq!(none.axis, Axis::None);
-        let o = owner(&none, None, None, 0.0);
+        let o = owner(&none, None, None, 0.0, &Default::default());
         assert_eq!(first_lines("PASS", Some(&none), Some(&o)).len(), 3);
     }
 
@@ -420,7 +431,7 @@ mod tests {
             "{}",
             a.words
         );
-        let o = owner(&a, None, None, 60.0);
+        let o = owner(&a, None, None, 60.0, &Default::default());
         assert_eq!(o.owner, Owner::OtherProcess);
         assert!(o.fix.contains("--pid 11"), "{}", o.fix);
         // Workers that serve (the agent's PIDs) growing under a flat parent: per request.

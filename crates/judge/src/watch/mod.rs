@@ -50,6 +50,9 @@ pub struct WatchEvidence {
     /// The agent's collector state at the last look.
     #[serde(default)]
     pub collector: Option<Collector>,
+    /// The agents the service's workers serve of their own (`leaklab.serve_agent()`), by PID.
+    #[serde(default)]
+    pub agents: BTreeMap<u32, String>,
 }
 
 /// The watch's judgement of its evidence.
@@ -81,6 +84,7 @@ impl WatchEvidence {
             census_seconds: 0.0,
             census_at_end: None,
             collector: None,
+            agents: BTreeMap::new(),
         }
     }
 
@@ -141,6 +145,7 @@ pub fn judge_watch(evidence: &WatchEvidence, budget: Option<Budget>) -> WatchJud
             evidence.census.as_ref(),
             evidence.collector.as_ref(),
             evidence.census_seconds,
+            &evidence.agents,
         )
     });
     let diagnosis = diagnose(
