@@ -1032,3 +1032,68 @@ fn cycles_the_collector_frees_pass_as_its_garbage_and_kept_ones_or_a_native_leak
         assert_rejudged_alike(&out, c, &report);
     }
 }
+
+/// An API server that hands its inference to a worker process over a pipe, as LitServe and
+/// BentoML do (crates/cli/python/tests/worker_service.py): the worker serves no HTTP and serves
+/// leaklab's agent itself (`leaklab.serve_agent()`), registered in the folder the API server's
+/// agent shares. Scanned through the API server's agent alone, a worker that keeps every output
+/// is found in the other process and its holder named by the worker's own census: main said
+/// "look inside that process: leaklab scan --pid N (its census, where it serves the agent)".
+#[test]
+fn a_worker_that_serves_its_own_agent_has_its_holder_named_through_the_servers_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = body(dir.path());
+    for (variant, code) in [("leaky", 1), ("fixed", 0)] {
+        let folder = dir.path().join(format!("workers-{variant}"));
+        let mut c = Command::new(python());
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/worker_service.py"))
+            .args(["--variant", variant, "--port", "0"])
+            .env("LEAKLAB_WORKERS_DIR", &folder);
+        let s = Service::start(c);
+        let address = s.base.trim_start_matches("http://").to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{variant} never bound {address}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // The worker registers its agent within a period of its start (0.1 s).
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let out = dir.path().join(variant);
+        let agent = format!("{}/debug/leaklab", s.base);
+        let flags = [
+            "--pid",
+            &s.pid(),
+            "--agent",
+            &agent,
+            "--requests",
+            "300",
+            "--warmup",
+            "30",
+        ];
+        let (c, report, stderr) = scan(&format!("{}/predict", s.base), &body, &out, &flags);
+        let said = format!(
+            "{variant}: {}\n{}\n{stderr}",
+            report["axis"], report["owner"]
+        );
+        assert_eq!(c, code, "{said}");
+        if variant == "leaky" {
+            assert_eq!(report["axis"]["axis"], "other-process", "{said}");
+            assert_eq!(report["owner"]["owner"], "other-process", "{said}");
+            assert_eq!(report["owner"]["holder"], "__main__.KEPT", "{said}");
+            let words = report["owner"]["words"].as_str().unwrap();
+            assert!(
+                words.contains("whose own agent at http://127.0.0.1:"),
+                "{said}"
+            );
+            let fix = report["owner"]["fix"].as_str().unwrap();
+            assert!(
+                fix.starts_with("stop keeping it in `__main__.KEPT`"),
+                "{said}"
+            );
+        }
+        assert_rejudged_alike(&out, c, &report);
+    }
+}

@@ -433,19 +433,19 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
 ) -> OwnerReading {
-    owner_kept(axis, census, collector, None, &BTreeMap::new())
+    owner_kept(axis, census, collector, None, &Elsewhere::nothing())
 }
 
 /// [`owner`], where `kept` is what the memory kept a request through full collections at the
 /// warm-up's end and at the judged requests' end (the trim probe's, [`crate::evidence::Collected`]):
-/// with it, garbage is ruled out or not by measurement, not by the census's share. `agents`: the
-/// agents the service's workers serve of their own, by PID (where to look inside one).
+/// with it, garbage is ruled out or not by measurement, not by the census's share. `elsewhere`:
+/// the service's other processes' agents and censuses (where a growth in one is owned).
 pub fn owner_kept(
     axis: &AxisReading,
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
     kept: Option<f64>,
-    agents: &BTreeMap<u32, String>,
+    elsewhere: &Elsewhere,
 ) -> OwnerReading {
     let step = "request";
     let weighed = census_owner(
@@ -498,7 +498,7 @@ pub fn owner_kept(
                 .processes
                 .iter()
                 .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
-            other_process(weighed, child, "scan", agents)
+            other_process(weighed, child, "scan", elsewhere)
         }
         _ => weighed,
     }
@@ -510,12 +510,39 @@ pub fn other_process(
     weighed: OwnerReading,
     grew: Option<&ProcessGrowth>,
     tool: &str,
-    agents: &BTreeMap<u32, String>,
+    elsewhere: &Elsewhere,
 ) -> OwnerReading {
     let who = grew.map_or("another process of the service".into(), |c| {
         format!("process {} ({})", c.pid, c.command)
     });
     let pid = grew.map_or(0, |c| c.pid);
+    let agents = elsewhere.agents;
+    if let (Some(g), Some(census)) = (grew, elsewhere.censuses.get(&pid)) {
+        // That process serves an agent of its own and its census was taken: the owner inside it,
+        // by the one rule, weighed against that process's own growth a request.
+        let inside = census_owner(
+            &Weighed {
+                per_step: g.bytes_per_request,
+                step: "request",
+                steps: None,
+                kept: None,
+                python_mechanism:
+                    "a Python holder in a worker process keeps what each request gives it".into(),
+                native: native_mechanism(Axis::PerRequest),
+                without: ("", ""),
+            },
+            Some(census),
+            None,
+        );
+        let url = agents
+            .get(&pid)
+            .map_or(String::new(), |u| format!(" at {u}"));
+        return OwnerReading {
+            owner: Owner::OtherProcess,
+            words: format!("{who}, whose own agent{url} answered: {}", inside.words),
+            ..inside
+        };
+    }
     let fix = match agents.get(&pid) {
         // A worker that serves the agent itself (leaklab.serve_agent()): its census is a scan away.
         Some(url) => format!("look inside that process through the agent it serves: leaklab {tool} … --pid {pid} --agent {url} (its census names the holder)"),
@@ -527,6 +554,26 @@ pub fn other_process(
         "a worker process of the service keeps what the requests give it",
         fix,
     )
+}
+
+/// What the scan knows of the service's other processes: the agents its workers serve of their
+/// own (`leaklab.serve_agent()`), by PID, and the census difference of each, where taken.
+#[derive(Clone, Copy)]
+pub struct Elsewhere<'a> {
+    pub agents: &'a BTreeMap<u32, String>,
+    pub censuses: &'a BTreeMap<u32, CensusDiff>,
+}
+
+impl Elsewhere<'_> {
+    /// Nothing known of other processes.
+    pub fn nothing() -> Elsewhere<'static> {
+        static AGENTS: BTreeMap<u32, String> = BTreeMap::new();
+        static CENSUSES: BTreeMap<u32, CensusDiff> = BTreeMap::new();
+        Elsewhere {
+            agents: &AGENTS,
+            censuses: &CENSUSES,
+        }
+    }
 }
 
 /// What a census is weighed against: the memory's growth a step, by the axis's own rate.
@@ -1130,7 +1177,16 @@ mod tests {
         assert!(o.fix.contains("leaklab scan --pid 11"), "{}", o.fix);
         // A worker that serves the agent itself: the fix is its census, at its address.
         let agents = BTreeMap::from([(11, "http://127.0.0.1:4242/debug/leaklab".to_string())]);
-        let served = owner_kept(&b, None, None, None, &agents);
+        let served = owner_kept(
+            &b,
+            None,
+            None,
+            None,
+            &Elsewhere {
+                agents: &agents,
+                censuses: &BTreeMap::new(),
+            },
+        );
         assert!(
             served
                 .fix
@@ -1217,7 +1273,7 @@ mod tests {
             Some(&cycle),
             Some(&on),
             Some(12_000.0),
-            &BTreeMap::new(),
+            &Elsewhere::nothing(),
         );
         assert_eq!(kept.owner, Owner::Native, "{}", kept.words);
         assert!(

@@ -97,6 +97,10 @@ pub struct Evidence {
     /// as the agent's `stats` listed them: where to look inside a process that grows.
     #[serde(default)]
     pub agents: BTreeMap<u32, String>,
+    /// The census difference of each of those workers over the same requests as `census`, by
+    /// PID: who holds a growth the tree finds in that process.
+    #[serde(default)]
+    pub worker_censuses: BTreeMap<u32, CensusDiff>,
 }
 
 /// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, at the

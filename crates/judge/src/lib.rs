@@ -335,7 +335,10 @@ fn explain(
         evidence.census.as_ref(),
         evidence.collector.as_ref(),
         kept,
-        &evidence.agents,
+        &diagnosis::Elsewhere {
+            agents: &evidence.agents,
+            censuses: &evidence.worker_censuses,
+        },
     );
     if let Some(native) = &evidence.native {
         if let Some(h) = native.holders.first() {
@@ -396,6 +399,7 @@ mod tests {
             native: None,
             collected: None,
             agents: Default::default(),
+            worker_censuses: Default::default(),
         }
     }
 

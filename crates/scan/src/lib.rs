@@ -438,9 +438,24 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     // 7 kB-a-request leak judged flat over 600 requests after a census, measured on the README's
     // example). The looks come after the warm-up all the same, so a cache that filled is not kept.
     let mut looked_requests = 0;
+    // The workers that serve an agent of their own, from the agent the scan was given: their
+    // censuses are taken at the same looks.
+    let mut agents = BTreeMap::new();
+    if let Some(base) = &options.agent_url {
+        if let Ok(stats) = agent::stats(&client, base).await {
+            agents = agent::registered(stats.workers.as_ref());
+        }
+    }
+    // Not the agent the scan was given, where it registered itself too: its census is taken.
+    let others: BTreeMap<u32, String> = agents
+        .iter()
+        .filter(|(_, url)| options.agent_url.as_deref() != Some(url.as_str()))
+        .map(|(pid, url)| (*pid, url.clone()))
+        .collect();
+    let mut worker_censuses = BTreeMap::new();
     let (who_holds, census) = if options.snapshot_url.is_some() || options.agent_url.is_some() {
         let last = sent + (options.requests / 4).max(20);
-        let before = look(options, &client, sent as u64, &mut state.notes).await;
+        let before = look(options, &client, sent as u64, &others, &mut state.notes).await;
         progress.bar.set_length(last as u64);
         progress
             .bar
@@ -452,8 +467,13 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         {
             state.notes.push(note);
         }
-        let after = look(options, &client, sent as u64, &mut state.notes).await;
+        let after = look(options, &client, sent as u64, &others, &mut state.notes).await;
         looked_requests = (after.at - before.at) as usize;
+        for (pid, b) in &before.workers {
+            if let Some(a) = after.workers.get(pid) {
+                worker_censuses.insert(*pid, agent::diff(b, a, after.at - before.at));
+            }
+        }
         let snapshots = before.snapshot.zip(after.snapshot).map(|(b, a)| {
             leaklab_snapshot::diff(
                 &b,
@@ -478,7 +498,6 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .error_note(*status, body, &options.http.headers),
         );
     }
-    let mut agents = BTreeMap::new();
     let mut explained = Explained {
         collected: collected.clone(),
         ..Explained::default()
@@ -487,7 +506,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         match agent::stats(&client, base).await {
             Ok(stats) => {
                 explained.collector = stats.collector;
-                agents = agent::registered(stats.workers.as_ref());
+                agents.extend(agent::registered(stats.workers.as_ref()));
             }
             Err(e) => state
                 .notes
@@ -530,6 +549,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         native: explained.native.clone(),
         collected,
         agents,
+        worker_censuses,
         ..state.evidence(options, measured)
     };
     let recording = recording::Recording {
@@ -619,6 +639,8 @@ struct Look {
     at: u64,
     census: Option<agent::Census>,
     snapshot: Option<leaklab_snapshot::Snapshot>,
+    /// The census of each other worker that serves an agent of its own, by PID.
+    workers: BTreeMap<u32, agent::Census>,
 }
 
 /// Takes a [`Look`]; what cannot be had is a note, and the scan goes on without it.
@@ -626,8 +648,21 @@ async fn look(
     options: &ScanOptions,
     client: &reqwest::Client,
     at: u64,
+    workers: &BTreeMap<u32, String>,
     notes: &mut Vec<String>,
 ) -> Look {
+    // Every worker registered with an agent of its own (leaklab.serve_agent()), besides the one
+    // the scan was given: its census, for a growth the tree finds in that process.
+    let mut censuses = BTreeMap::new();
+    for (pid, base) in workers {
+        match agent::fetch(client, base).await {
+            Ok(c) if c.pid == *pid => {
+                censuses.insert(*pid, c);
+            }
+            Ok(c) => push_once(notes, format!("the agent registered for process {pid} at {base} answered for process {}: its census is left out", c.pid)),
+            Err(e) => push_once(notes, format!("no census from process {pid}'s own agent: {e:#}")),
+        }
+    }
     let census = match &options.agent_url {
         Some(base) => agent::fetch(client, base)
             .await
@@ -657,6 +692,7 @@ async fn look(
         at,
         census,
         snapshot,
+        workers: censuses,
     }
 }
 
@@ -801,6 +837,7 @@ impl State {
             native: None,
             collected: None,
             agents: BTreeMap::new(),
+            worker_censuses: BTreeMap::new(),
         }
     }
 

@@ -9,7 +9,9 @@
 
 use super::looks::RunResult;
 use crate::agent::{CensusDiff, Collector};
-use crate::diagnosis::{census_owner, kebab, other_process, Owner, OwnerReading, Weighed};
+use crate::diagnosis::{
+    census_owner, kebab, other_process, Elsewhere, Owner, OwnerReading, Weighed,
+};
 use crate::tree::{ProcessGrowth, ThreadCount};
 use leaklab_detect::budget::Ops;
 use leaklab_detect::Verdict;
@@ -203,7 +205,15 @@ pub fn owner(
                 .processes
                 .iter()
                 .find(|p| p.verdict == Some(Verdict::Leak));
-            other_process(weighed, grew, "watch", agents)
+            other_process(
+                weighed,
+                grew,
+                "watch",
+                &Elsewhere {
+                    agents,
+                    censuses: &Default::default(),
+                },
+            )
         }
         Axis::PerRequest | Axis::ByTheClock => weighed,
     }
