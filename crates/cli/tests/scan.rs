@@ -947,8 +947,8 @@ fn cycles(variant: &str) -> Service {
 /// Per-request reference cycles holding 8 KiB tensors, in a service with the collector enabled
 /// and a long-lived heap large enough that no full collection comes within a scan: memory climbs
 /// for the whole scan, and main read it "FAIL: a leak is proven" with a fix to "stop keeping it
-/// in `unreachable cycle (awaiting gc)`". With `--trim`, full collections at the warm-up's end and
-/// at the judged requests' end show the growth given back: PASS, the axis `garbage`. The rules'
+/// in `unreachable cycle (awaiting gc)`". With `--trim`, full collections before the warm-up and
+/// after the judged requests show the growth given back: PASS, the axis `garbage`. The rules'
 /// other side: the same cycles also kept in a list, and the cycles beside a native leak of 8 KiB
 /// a request, keep what they keep through the collections and still fail, named as a list and
 /// as native memory (the cycles' garbage not counted).

@@ -384,7 +384,7 @@ pub const NATIVE_KIND: &str = "native";
 pub const GARBAGE_KIND: &str = "unreachable cycle";
 
 /// A failing growth that full collections gave back ([`crate::judge`]): after the trim probe's
-/// `gc.collect()` and `malloc_trim(0)` at the warm-up's end and at the judged requests' end, the
+/// `gc.collect()` and `malloc_trim(0)` before the warm-up and after the judged requests, the
 /// series kept no more than `allowance` over the `requests` between them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Garbage {
@@ -405,7 +405,7 @@ pub fn garbage(axis: &mut AxisReading, g: &Garbage, collector: Option<&Collector
             )
         });
     axis.words = format!(
-        "{} rose {} over the judged requests ({} a request); after a full collection and malloc_trim(0) at the warm-up's end and again at the judged requests' end it kept {} over the {} requests between them, within the {} allowed: the collector's garbage, given back at its full collections{cadence}, not a leak",
+        "{} rose {} over the judged requests ({} a request); after a full collection and malloc_trim(0) before the warm-up and again after the judged requests it kept {} over the {} requests between them, within the {} allowed: the collector's garbage, given back at its full collections{cadence}, not a leak",
         axis.series,
         signed_bytes(axis.judged.rise_bytes),
         signed_bytes(axis.judged.slope.bytes_per_request),
@@ -436,8 +436,8 @@ pub fn owner(
     owner_kept(axis, census, collector, None, &Elsewhere::nothing())
 }
 
-/// [`owner`], where `kept` is what the memory kept a request through full collections at the
-/// warm-up's end and at the judged requests' end (the trim probe's, [`crate::evidence::Collected`]):
+/// [`owner`], where `kept` is what the memory kept a request through full collections before the
+/// warm-up and after the judged requests (the trim probe's, [`crate::evidence::Collected`]):
 /// with it, garbage is ruled out or not by measurement, not by the census's share. `elsewhere`:
 /// the service's other processes' agents and censuses (where a growth in one is owned).
 pub fn owner_kept(
@@ -707,7 +707,7 @@ pub fn census_owner(
                 human_bytes(garbage_held)
             ),
             "reference cycles made per request, awaiting the collector's next full collection: garbage, unless memory grows beyond what the collector gives back",
-            "`leaklab scan --trim` (the agent's allow_trim) measures what a full collection gives back at the warm-up's end and at the judged requests' end; to free the cycles at once, break them (a weakref for the back-reference, or clear it when done)",
+            "`leaklab scan --trim` (the agent's allow_trim) measures what a full collection gives back before the warm-up and after the judged requests; to free the cycles at once, break them (a weakref for the back-reference, or clear it when done)",
         )
         }
         (Some(_), Some(held), _) => {
@@ -732,7 +732,7 @@ pub fn census_owner(
             }
             if let Some(k) = w.kept {
                 from_native.push_str(&format!(
-                    "; through full collections at the warm-up's end and the judged requests' end it kept {} a {step}, so it is not the collector's garbage",
+                    "; through full collections before the warm-up and after the judged requests it kept {} a {step}, so it is not the collector's garbage",
                     signed_bytes(k)
                 ));
             }

@@ -90,7 +90,7 @@ pub struct Evidence {
     #[serde(default)]
     pub native: Option<Native>,
     /// Each series' level right after a full collection and `malloc_trim(0)` (the agent's trim
-    /// probe), at the warm-up's end and at the front end's end.
+    /// probe), before the warm-up and after the judged requests.
     #[serde(default)]
     pub collected: Option<Collected>,
     /// The agents the service's workers serve of their own (`leaklab.serve_agent()`), by PID,
@@ -103,8 +103,8 @@ pub struct Evidence {
     pub worker_censuses: BTreeMap<u32, CensusDiff>,
 }
 
-/// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, at the
-/// warm-up's end (request `from`) and at the end (request `to`): what the requests between
+/// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, before the
+/// warm-up (request `from`) and after the judged requests (request `to`): what the requests between
 /// them kept once the collector's garbage and the allocator's free memory are gone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Collected {

@@ -161,7 +161,7 @@ pub fn axis_series(series: &[SeriesResult]) -> Option<(&SeriesResult, &NoisyJudg
 /// The failing series whose growth full collections gave back: with the collector enabled, the
 /// series' level right after the trim probe's full collection and `malloc_trim(0)` at the
 /// judged requests' end is within its noise floor, or [`thresholds::GARBAGE_KEPT_SHARE`] of what
-/// its slope adds over the requests between, of its level after the same at the warm-up's end.
+/// its slope adds over the requests between, of its level after the same before the warm-up.
 /// A leak keeps what it keeps through any collection; the collector's garbage and the
 /// allocator's free memory go. Where the collector is disabled, or its full collections put off
 /// past CPython's cadence ([`thresholds::FULL_COLLECTION_THRESHOLD`]), a full collection run by
@@ -223,7 +223,7 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
             s.ops = Some(Ops::Pass);
         }
         notes.push(format!(
-            "{} grew, and full collections gave it back: it kept {} over the {} requests between the trim probe's collections at the warm-up's end and at the judged requests' end, within the {} allowed; the collector's garbage passes",
+            "{} grew, and full collections gave it back: it kept {} over the {} requests between the trim probe's collections before the warm-up and after the judged requests, within the {} allowed; the collector's garbage passes",
             g.series,
             leaklab_report::signed_bytes(g.kept as f64),
             g.requests,

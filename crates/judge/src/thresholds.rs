@@ -48,7 +48,7 @@ pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
 pub const GIVEN_BACK_SHARE: f64 = 2.0;
 
 /// A failing growth is the collector's garbage where, after the trim probe's full collection
-/// and `malloc_trim(0)` at the warm-up's end and again at the judged requests' end, the memory
+/// and `malloc_trim(0)` before the warm-up and again after the judged requests, the memory
 /// kept no more than this share of what its slope says the requests between them added (or no
 /// more than its noise floor). Collections free the garbage's objects but leave some of their
 /// heap behind (pymalloc's arenas and pages shared with live objects): a service whose only
