@@ -930,18 +930,7 @@ fn cycles(variant: &str) -> Service {
     let mut c = Command::new(python());
     c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/cycles_service.py"))
         .args(["--variant", variant, "--port", "0"]);
-    let s = Service::start(c);
-    // It says its address before uvicorn imports it again and binds: wait for the port.
-    let address = s.base.trim_start_matches("http://").to_string();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{variant} never bound {address}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    s
+    Service::start_bound(c)
 }
 
 /// Per-request reference cycles holding 8 KiB tensors, in a service with the collector enabled
@@ -1049,16 +1038,7 @@ fn a_worker_that_serves_its_own_agent_has_its_holder_named_through_the_servers_a
         c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/worker_service.py"))
             .args(["--variant", variant, "--port", "0"])
             .env("LEAKLAB_WORKERS_DIR", &folder);
-        let s = Service::start(c);
-        let address = s.base.trim_start_matches("http://").to_string();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while std::net::TcpStream::connect(&address).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{variant} never bound {address}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        let s = Service::start_bound(c);
         // The worker registers its agent within a period of its start (0.1 s).
         std::thread::sleep(std::time::Duration::from_millis(500));
         let out = dir.path().join(variant);

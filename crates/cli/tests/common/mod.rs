@@ -127,6 +127,22 @@ impl Service {
     pub fn pid(&self) -> String {
         self.child.id().to_string()
     }
+
+    /// [`Service::start`] for a service that prints its address before it binds it (uvicorn
+    /// importing the app again first): waits up to a minute for the port to take connections.
+    pub fn start_bound(command: Command) -> Service {
+        let s = Service::start(command);
+        let address = s.base.trim_start_matches("http://").to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing took connections at {address} within a minute"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        s
+    }
 }
 
 impl Drop for Service {
