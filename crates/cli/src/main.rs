@@ -331,6 +331,11 @@ struct ScanArgs {
     /// what malloc_trim(0) then returns, after the looks inside.
     #[arg(long, requires = "agent", help_heading = "What to watch")]
     trim: bool,
+    /// With --agent (its trim probe allowed): a full collection and malloc_trim(0) before the
+    /// warm-up and after the judged requests, each series read after each: a growth they give
+    /// back is the collector's garbage and passes (docs/scan.md, the axis `garbage`).
+    #[arg(long, requires = "agent", help_heading = "What to watch")]
+    collect: bool,
     /// With --agent: its native allocation trace (opt-in, `native_max_seconds`, memray) over a
     /// window of requests after the looks inside: where the native memory was allocated.
     #[arg(long, requires = "agent", help_heading = "What to watch")]
@@ -531,6 +536,7 @@ fn scan(a: ScanArgs) -> ExitCode {
         fail_if_oom_within: a.fail_if_oom_within,
         quiet: a.json,
         trim: a.trim,
+        collect: a.collect,
         native: a.native,
     };
     finish("scan", leaklab_scan::run(scan), &output)

@@ -744,7 +744,7 @@ fn a_target_that_starts_failing_is_never_passed_and_a_leak_proven_before_still_f
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
     for (variant, after, code, words) in [
-        ("refs-fixed", 120, 2, "no verdict from a failing target"),
+        ("refs-fixed", 240, 2, "no verdict from a failing target"),
         ("refs-leaky", 240, 1, "the verdict is the leak proven"),
     ] {
         let service = rust_faulty(variant, "LEAKLAB_FAIL_AFTER", after);
@@ -959,6 +959,7 @@ fn cycles_the_collector_frees_pass_as_its_garbage_and_kept_ones_or_a_native_leak
             "--agent",
             &agent,
             "--trim",
+            "--collect",
             "--requests",
             "600",
             "--warmup",

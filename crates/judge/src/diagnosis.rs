@@ -707,7 +707,7 @@ pub fn census_owner(
                 human_bytes(garbage_held)
             ),
             "reference cycles made per request, awaiting the collector's next full collection: garbage, unless memory grows beyond what the collector gives back",
-            "`leaklab scan --trim` (the agent's allow_trim) measures what a full collection gives back before the warm-up and after the judged requests; to free the cycles at once, break them (a weakref for the back-reference, or clear it when done)",
+            "`leaklab scan --collect` (the agent's allow_trim) measures what a full collection gives back before the warm-up and after the judged requests; to free the cycles at once, break them (a weakref for the back-reference, or clear it when done)",
         )
         }
         (Some(_), Some(held), _) => {
@@ -1265,7 +1265,7 @@ mod tests {
         let awaiting = owner(&a, Some(&cycle), Some(&on));
         assert_eq!(awaiting.owner, Owner::Python, "{}", awaiting.words);
         assert!(
-            awaiting.words.contains("awaiting the collector") && awaiting.fix.contains("--trim")
+            awaiting.words.contains("awaiting the collector") && awaiting.fix.contains("--collect")
         );
         // Kept through full collections at both ends (12 kB a request): not garbage, native.
         let kept = owner_kept(

@@ -47,6 +47,8 @@ pub struct ScanCommand {
     pub quiet: bool,
     /// With the agent: its trim probe after the looks inside (`POST trim`, opt-in).
     pub trim: bool,
+    /// With the agent: full collections before the warm-up and after the judged requests.
+    pub collect: bool,
     /// With the agent: its native allocation trace over a window of requests (`POST native`).
     pub native: bool,
 }
@@ -124,6 +126,7 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
         snapshot_url: cmd.snapshot,
         agent_url: cmd.agent,
         trim: cmd.trim,
+        collect: cmd.collect,
         native: cmd.native,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

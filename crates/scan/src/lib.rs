@@ -148,6 +148,11 @@ pub struct ScanOptions {
     /// With the agent: ask its trim probe (`POST trim`, opt-in by the service's owner) what the
     /// collector frees and what `malloc_trim(0)` then returns, after the looks inside.
     pub trim: bool,
+    /// With the agent (its trim probe allowed): a full collection and `malloc_trim(0)` before
+    /// the warm-up and after the judged requests, each series read after each (`--collect`).
+    /// Opt-in: the first disturbs what follows (memory a trim returns is faulted back in, which
+    /// the zoo's dataloader_cow twin read as +7.3 kB a request in 2 full runs of 6).
+    pub collect: bool,
     /// With the agent: its native allocation trace (`POST native`, opt-in by the service's
     /// owner, memray) over a window of new requests after the looks inside.
     pub native: bool,
@@ -325,7 +330,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
     // the requests after it, which the warm-up absorbs and the judged requests would read as
     // growth (after the warm-up, the zoo's dataloader_cow and shape_cache_capped twins read
     // +8.1 and +13.8 kB a request so).
-    if let (true, Some(base)) = (options.trim, &options.agent_url) {
+    if let (true, Some(base)) = (options.collect, &options.agent_url) {
         match agent::trim(&client, base).await {
             Ok(_) => state.collected_start = Some((1, state.levels(options).await)),
             Err(e) => state
