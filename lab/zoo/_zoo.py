@@ -88,11 +88,20 @@ class Entry:
     below_python: bool
     # Must not be judged a leak: its "leaky" variant is what a naive check calls a leak.
     must_pass: bool
+    # What each variant is: the verdict a right answer gives under ``budget``, the axis and the
+    # owner (a leak's leaky variant fails, even where today's scan misses it: ``known_miss``).
     leaky: Expect
     fixed: Expect
     # The scan's budget flags, the same for both variants, e.g.
     # ("--capacity", "512MiB", "--rate", "10", "--fail-if-oom-within", "7d").
     budget: tuple[str, ...]
+    # The commit that first held this module: ``leaky`` and ``fixed`` are its prediction, kept
+    # as written there (issue 49). Where that commit already held the module's first reading
+    # (its MEASURED section), ``predicted_after_measuring`` says so: the zoo's table marks its
+    # rows and does not count them as predicted. A new entry's prediction lands in a commit of
+    # its own before its first measurement.
+    predicted_in: str
+    predicted_after_measuring: bool
     inputs: Inputs = "same"
     # Requests judged and warm-up, the smallest run that shows the mechanism.
     requests: int = 400
@@ -103,10 +112,14 @@ class Entry:
     # Not glibc's MALLOC_* variables: glibc reads them when the process starts, before
     # serve.py sets these (use mallopt in make_app).
     env: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Why today's scan cannot fail the leaky variant, where it cannot (a bounded native cache
-    # read as a plateau, copy-on-write the summed anonymous memory does not show): the entry
-    # then expects the pass it gets now, and says why; the diagnosis (issue 38) adds the rest.
+    # A limit of the instrument, declared before a run showed it (a bounded native cache read
+    # as a plateau, copy-on-write the summed anonymous memory does not show): the reading may
+    # then see less than ``leaky``/``fixed`` state (a leak read as a pass, a growth read as
+    # none), and the zoo counts it as a miss, with this reason, never as a pass. Empty: any
+    # miss is a defect the zoo's test fails on.
     known_miss: str = ""
+    # The commit that declared ``known_miss`` (its first words there, before the run).
+    known_miss_since: str = ""
     # The body of one request (inputs "same"/"vary"); with "shapes", the body of request i.
     body: Callable[[int], dict[str, Any]] | None = None
     device: Device = "cpu"

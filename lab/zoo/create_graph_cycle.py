@@ -70,6 +70,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="cc6821d",
+    predicted_after_measuring=True,
     inputs="same",
     # Judged requests halved from 400 for CI's CPU (2026-12-06). Ten runs each on a loaded
     # machine (load 10-16), through the zoo's driver: at 200, every verdict, axis and owner as

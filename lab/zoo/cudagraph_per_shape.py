@@ -66,6 +66,8 @@ ENTRY = Entry(
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     # --gpu: the scan reads NVML, the process's GPU memory, against the card's capacity.
     budget=("--gpu", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="78fb553",
+    predicted_after_measuring=False,
     inputs="shapes",
     requests=300,
     warmup=20,

@@ -63,6 +63,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-input", owner="native"),
     fixed=Expect(verdict="pass", axis="bounded", owner="native"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="78fb553",
+    predicted_after_measuring=False,
     inputs="shapes",
     requests=580,
     warmup=20,

@@ -70,6 +70,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "8GiB", "--rate", "5", "--fail-if-oom-within", "2d"),
+    predicted_in="1195aaa",
+    predicted_after_measuring=True,
     inputs="same",
     requests=400,
     warmup=50,

@@ -87,7 +87,15 @@ ENTRY = Entry(
     must_pass=True,
     leaky=Expect(verdict="pass", axis="given-back", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
+    # Declared (78fb553) after CI read the leaky twin flat once: the climb can end within the
+    # warm-up, and a flat judged window has nothing for the trim probe to give back.
+    known_miss="a climb to the arenas' high-water mark over within the warm-up leaves the "
+    "judged window flat: the reading says none (axis and owner) where the memory is the "
+    "allocator's to give back",
+    known_miss_since="78fb553",
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="82832cb",
+    predicted_after_measuring=True,
     inputs="vary",
     # The high-water mark is reached within ~300 requests here (two threads): the climb must
     # end by the middle of the judged window for the scan to read a plateau.

@@ -60,6 +60,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "8GiB", "--rate", "5", "--fail-if-oom-within", "2d"),
+    predicted_in="1195aaa",
+    predicted_after_measuring=True,
     inputs="same",
     # Judged requests halved from 400 for CI's CPU (2026-12-06). Ten runs each on a loaded
     # machine (load 13-17), through the zoo's driver: at 200, every verdict, axis and owner as

@@ -88,6 +88,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="pass", axis="per-new-input", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="e595376",
+    predicted_after_measuring=True,
     inputs="shapes",
     requests=400,
     warmup=50,

@@ -63,6 +63,8 @@ ENTRY = Entry(
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     # onednn_cache's small pod: the same budget, which that entry's leaky variant fails.
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="82832cb",
+    predicted_after_measuring=True,
     inputs="shapes",
     requests=250,
     warmup=20,

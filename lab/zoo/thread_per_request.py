@@ -63,6 +63,8 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-thread", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
+    predicted_in="82832cb",
+    predicted_after_measuring=True,
     inputs="same",
     requests=300,
     warmup=30,

@@ -134,6 +134,12 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
         Profile::Release,
     )?;
     vendor_pytest(torch, &out.join("python/vendor"))?;
+    vendor_zoo(
+        torch,
+        "3.12",
+        &out.join("python/zoo-vendor"),
+        &out.join("python/zoo-vendor.zip"),
+    )?;
     let size = dir_size(out)?;
     eprintln!(
         "leaklab: device bundle at {} ({:.1} MiB)",
@@ -180,7 +186,17 @@ fn assemble(out: &Path, bins: &Path, gpu_tests: &Path, profile: Profile) -> Resu
     crate::wheel::copy_package(&python.join("leaklab"), &out.join("python/leaklab"))?;
     crate::wheel::copy_package(&python.join("tests"), &out.join("python/tests"))?;
     write_script(&out.join("run.sh"), RUN_SH)?;
-    write_script(&out.join("gpu-check.sh"), GPU_CHECK_SH)?;
+    // The zoo: its causes, and gpu-check.sh running its CUDA-only ones there.
+    let zoo = workspace_root().join("lab/zoo");
+    crate::wheel::copy_package(&zoo, &out.join("zoo"))?;
+    let only: Vec<String> = cuda_causes(&zoo)?
+        .iter()
+        .map(|name| format!("--only {name}"))
+        .collect();
+    write_script(
+        &out.join("gpu-check.sh"),
+        &GPU_CHECK_SH.replace("@CUDA_ZOO@", &only.join(" ")),
+    )?;
     std::fs::write(out.join("README.txt"), README_TXT)?;
     Ok(())
 }
@@ -206,6 +222,102 @@ fn vendor_pytest(torch: &Torch, dir: &Path) -> Result<()> {
     .args(["pytest", "exceptiongroup", "tomli"]);
     run_cmd(pip).context("cannot vendor pytest into the bundle (PyPI must be reachable)")
 }
+
+/// The zoo's CUDA-only causes (`device="cuda"` in their `ENTRY`), by name: the ones CPU runs
+/// cannot, which gpu-check.sh runs.
+fn cuda_causes(zoo: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(zoo).with_context(|| format!("no zoo at {}", zoo.display()))? {
+        let path = entry?.path();
+        let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "py")
+            && std::fs::read_to_string(&path)?.contains("\n    device=\"cuda\",")
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// What the zoo's services import that the GPU host's python lacks (its image has torch and
+/// prometheus_client, not FastAPI, Starlette, pydantic or uvicorn: KINDS.md of the device
+/// library, 2026-11), for `python_version` (the host's is 3.12), at the versions the tests here
+/// run: the host has no network. The pure-Python packages go into `zip` (deflated: 64 MiB is the
+/// bundle's limit; Python imports them from a zip on its path), the one compiled one,
+/// pydantic_core, into `dir`; both go first on the zoo's PYTHONPATH there.
+pub fn vendor_zoo(torch: &Torch, python_version: &str, dir: &Path, zip: &Path) -> Result<()> {
+    let versions = torch
+        .python_command("reading the tested FastAPI and uvicorn versions")?
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(*(f'{d}=={m.version(d)}' for d in ('fastapi', 'uvicorn')))",
+        ])
+        .output()
+        .context("cannot read the venv's FastAPI and uvicorn versions")?;
+    let pins = String::from_utf8_lossy(&versions.stdout).into_owned();
+    if !versions.status.success() || pins.split_whitespace().count() != 2 {
+        bail!(
+            "the torch venv has no FastAPI or uvicorn to pin: {}",
+            String::from_utf8_lossy(&versions.stderr)
+        );
+    }
+    // Staged beside the zip, split, then removed (before the bundle is measured).
+    let staged = zip.with_extension("staging");
+    let _ = std::fs::remove_dir_all(&staged);
+    let mut pip = torch.python_command("vendoring the zoo's web stack into the device bundle")?;
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--platform",
+        "manylinux_2_17_x86_64",
+        "--platform",
+        "manylinux2014_x86_64",
+        "--target",
+    ])
+    .arg(&staged)
+    .args(pins.split_whitespace());
+    run_cmd(pip)
+        .context("cannot vendor FastAPI and uvicorn into the bundle (PyPI must be reachable)")?;
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(&staged)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("pydantic_core")
+        {
+            std::fs::rename(entry.path(), dir.join(entry.file_name()))?;
+        }
+    }
+    let mut zipping = torch.python_command("zipping the zoo's web stack")?;
+    zipping.args(["-c", ZIP_TREE]).arg(&staged).arg(zip);
+    run_cmd(zipping)?;
+    std::fs::remove_dir_all(&staged)?;
+    Ok(())
+}
+
+/// `python -c ZIP_TREE DIR ZIP`: every file under DIR into ZIP, deflated, named from DIR.
+const ZIP_TREE: &str = "\
+import os, sys, zipfile
+root, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
+    for here, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(here, name)
+            z.write(path, os.path.relpath(path, root))";
 
 /// The one `compiler-artifact` message of cargo's `--message-format json` output (a JSON
 /// document a line) that built test target `name`: its `executable`.
@@ -334,8 +446,12 @@ cuda_test="test_pytest_plugin.py::test_a_cuda_leak_fails_on_the_allocator_and_th
 if grep -q "^PASSED .*${cuda_test#*::}" "$out/pytest-cuda.log"; then echo "pytest-cuda PASSED" >> "$out/pytest-cuda.log"; else echo "pytest-cuda NOT PASSED (failed or skipped)" >> "$out/pytest-cuda.log"; fi
 timeout 200 "$here/run.sh" run-lab --device cuda --out "$out/default" > "$out/run-lab-default.txt" 2>&1; echo "exit $?" >> "$out/run-lab-default.txt"
 timeout 240 "$here/run.sh" run-lab --device cuda --scale seed --out "$out/seed" --memory-history 0 > "$out/run-lab-seed.txt" 2>&1; echo "exit $?" >> "$out/run-lab-seed.txt"
+# The zoo's CUDA-only causes, leaky and fixed, each scanned by the bundle's leaklab, against the
+# predictions their entries hold (FastAPI and uvicorn from python/zoo-vendor*: the host has none).
+PYTHONPATH="$here/python/zoo-vendor:$here/python/zoo-vendor.zip:$here/python${PYTHONPATH:+:$PYTHONPATH}" timeout 480 "$here/run.sh" run-lab --zoo --zoo-dir "$here/zoo" @CUDA_ZOO@ --out "$out/zoo-run" > "$out/zoo.txt" 2>&1; echo "exit $?" >> "$out/zoo.txt"
 cp "$out"/default/report.json "$out/report-default.json" 2>/dev/null
 cp "$out"/seed/report.json "$out/report-seed.json" 2>/dev/null
+cp "$out"/zoo-run/zoo/report.json "$out/report-zoo.json" 2>/dev/null
 tail -n 20 "$out"/*.txt "$out/gpu-tests.log" "$out/pytest-cuda.log"
 "#;
 
@@ -345,7 +461,8 @@ Needs: Linux x86-64, a python3 with torch 2.11.0 (LEAKLAB_PYTHON to pick one), a
   ./run.sh run-lab --device cuda --scale seed\n\
   BIN=gpu-tests ./run.sh --test-threads=1 --include-ignored # the CUDA leak tests\n\
   BIN=leaklab-service ./run.sh serve --variant seed --device cuda\n\
-  ./gpu-check.sh                          # all of the above, figures under ./gpu-out\n";
+  PYTHONPATH=python/zoo-vendor:python/zoo-vendor.zip:python ./run.sh run-lab --zoo --zoo-dir zoo --only cudnn_plan_cache\n\
+  ./gpu-check.sh                          # all of the above and the CUDA zoo, figures under ./gpu-out\n";
 
 #[cfg(test)]
 mod tests {
@@ -383,6 +500,26 @@ mod tests {
             check.contains("--include-ignored")
                 && check.contains(&format!("cuda_test=\"{PYTHON_CUDA_TEST}\""))
         );
+        // The zoo travels, and the check runs each of its CUDA-only causes there (issue 49).
+        assert!(out.join("zoo/serve.py").exists() && out.join("zoo/_zoo.py").exists());
+        let cuda = cuda_causes(&out.join("zoo")).unwrap();
+        assert_eq!(
+            cuda,
+            [
+                "cuda_reserved_slack",
+                "cudagraph_per_shape",
+                "cudnn_plan_cache",
+                "pinned_host_cache"
+            ],
+            "the zoo's CUDA-only entries, read from their ENTRY"
+        );
+        for name in &cuda {
+            assert!(
+                check.contains(&format!("--only {name}")),
+                "{name} is run: {check}"
+            );
+        }
+        assert!(!check.contains("@CUDA_ZOO@"));
         // The CUDA test it names exists in the suite it carries.
         let suite =
             std::fs::read_to_string(out.join("python/tests/test_pytest_plugin.py")).unwrap();

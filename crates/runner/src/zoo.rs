@@ -61,11 +61,9 @@ impl Axis {
                             | MeasuredAxis::GivenBack
                     )
             }
-            // Memory that climbs to a high-water mark and holds: where the climb ended within
-            // the warm-up, the judged window rightly reads nothing growing (malloc_retention
-            // under CI's load, 2026-12-06: +774 kB, 0.13 % of its level, settled). A growth
-            // seen and not given back (per request, per new input) still disagrees.
-            Axis::GivenBack => matches!(measured, MeasuredAxis::GivenBack | MeasuredAxis::None),
+            // Only the trim probe's answer: a judged window that read nothing growing is a
+            // miss (see `Reading`), not memory given back.
+            Axis::GivenBack => measured == MeasuredAxis::GivenBack,
             Axis::None => measured == MeasuredAxis::None,
         }
     }
@@ -81,6 +79,64 @@ impl Owner {
                 | (Owner::OtherProcess, MeasuredOwner::OtherProcess)
                 | (Owner::None, MeasuredOwner::None)
         )
+    }
+}
+
+/// How a variant's reading compares with what its entry states (issue 49): as stated, or
+/// seeing less than there is, or seeing something else. A miss is never counted as a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reading {
+    /// The verdict, the axis and the owner the entry states.
+    AsPredicted,
+    /// Less than there is: a leak read as a pass, a growth read as none (or undetermined), an
+    /// owner left unnamed; nothing read that is not there.
+    Missed,
+    /// Something else: a false alarm, another axis or owner, or no reading at all.
+    Wrong,
+}
+
+impl Reading {
+    /// A reading of one verdict, axis or owner: what agrees, what sees nothing where something
+    /// is, and the rest.
+    fn of(agrees: bool, saw_nothing: bool) -> Reading {
+        match (agrees, saw_nothing) {
+            (true, _) => Reading::AsPredicted,
+            (false, true) => Reading::Missed,
+            (false, false) => Reading::Wrong,
+        }
+    }
+
+    /// The variant's reading: its worst part.
+    pub fn judge(
+        expect: Expect,
+        verdict: Outcome,
+        axis: (MeasuredAxis, bool),
+        owner: MeasuredOwner,
+    ) -> Reading {
+        let verdict = Reading::of(
+            verdict == expect.verdict,
+            expect.verdict == Outcome::Fail && verdict == Outcome::Pass,
+        );
+        let axis = Reading::of(
+            expect.axis.agrees(axis.0, axis.1),
+            expect.axis != Axis::None
+                && matches!(axis.0, MeasuredAxis::None | MeasuredAxis::Undetermined),
+        );
+        let owner = Reading::of(
+            expect.owner.agrees(owner),
+            expect.owner != Owner::None
+                && matches!(owner, MeasuredOwner::None | MeasuredOwner::Unknown),
+        );
+        verdict.max(axis).max(owner)
+    }
+
+    pub fn words(self) -> &'static str {
+        match self {
+            Reading::AsPredicted => "as predicted",
+            Reading::Missed => "missed",
+            Reading::Wrong => "wrong",
+        }
     }
 }
 
@@ -179,10 +235,17 @@ pub struct Entry {
     pub warmup: usize,
     #[serde(default)]
     pub env: BTreeMap<String, BTreeMap<String, String>>,
-    /// Why today's instrument cannot fail this leaky variant (empty when it can): the entry
-    /// then states the verdict it gets now (pass), and the diagnosis (issue 38) adds the rest.
+    /// A limit of the instrument declared before a run showed it (empty: none): a reading
+    /// that sees less than the entry states is then a declared miss, shown as a miss.
     #[serde(default)]
     pub known_miss: String,
+    /// The commit that declared `known_miss`.
+    #[serde(default)]
+    pub known_miss_since: String,
+    /// The commit that first held the entry's module, whose prediction `leaky` and `fixed` keep.
+    pub predicted_in: String,
+    /// That commit already held the module's first reading: its rows do not count as predicted.
+    pub predicted_after_measuring: bool,
     #[serde(default)]
     pub device: Device,
 }
@@ -195,30 +258,51 @@ impl Entry {
         }
     }
 
-    /// The zoo's contract on predictions (issue 37): a leak's leaky variant fails and its fixed
-    /// twin passes; a must-pass entry passes both; a leak today's instrument misses says why
-    /// (`known_miss`) and states the pass it gets now. What breaks it, in words.
+    /// Whether the zoo accepts a reading of this entry: as predicted, or a miss of a limit the
+    /// entry declared (never a wrong reading, never an undeclared miss).
+    pub fn accepts(&self, reading: Reading) -> bool {
+        match reading {
+            Reading::AsPredicted => true,
+            Reading::Missed => !self.known_miss.is_empty(),
+            Reading::Wrong => false,
+        }
+    }
+
+    /// The zoo's contract on predictions (issues 37, 49): a leak's leaky variant fails and its
+    /// fixed twin passes, even where today's instrument misses it (a miss is a miss, never an
+    /// expected pass); a must-pass entry passes both; a declared limit and a prediction cite
+    /// their commits. What breaks it, in words.
     pub fn contract_broken(&self) -> Option<String> {
-        let missed = !self.known_miss.is_empty();
-        let wanted = if self.must_pass || missed {
+        let wanted = if self.must_pass {
             (Outcome::Pass, Outcome::Pass)
         } else {
             (Outcome::Fail, Outcome::Pass)
         };
         let got = (self.leaky.verdict, self.fixed.verdict);
-        (got != wanted).then(|| {
+        let is_commit = |c: &str| c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit());
+        if got != wanted {
             let kind = if self.must_pass {
                 "a must-pass entry expects pass and pass"
-            } else if missed {
-                "a known miss states the pass it gets now, and pass (fixed)"
             } else {
-                "a leak expects fail (leaky) and pass (fixed)"
+                "a leak expects fail (leaky) and pass (fixed), a known miss included"
             };
-            format!(
+            Some(format!(
                 "{}: {kind}, it declares {:?} and {:?}",
                 self.name, got.0, got.1
-            )
-        })
+            ))
+        } else if !self.known_miss.is_empty() && !is_commit(&self.known_miss_since) {
+            Some(format!(
+                "{}: a known miss names the commit that declared it (known_miss_since), it says {:?}",
+                self.name, self.known_miss_since
+            ))
+        } else if !is_commit(&self.predicted_in) {
+            Some(format!(
+                "{}: the prediction names the commit that first held it (predicted_in), it says {:?}",
+                self.name, self.predicted_in
+            ))
+        } else {
+            None
+        }
     }
 }
 
@@ -406,9 +490,13 @@ pub struct ZooRun {
     pub axis_agrees: Option<bool>,
     /// The measured owner is the predicted one.
     pub owner_agrees: Option<bool>,
-    /// The verdict, the axis and the owner as expected. (The census's own column is shown, not
-    /// judged: the owner is the diagnosis's, from the census's share of the growth.)
-    pub agrees: bool,
+    /// The reading against the entry: as predicted, missed or wrong (could not scan: wrong).
+    /// (The census's own column is shown, not judged: the owner is the diagnosis's, from the
+    /// census's share of the growth.)
+    pub reading: Reading,
+    /// The zoo accepts it: as predicted, or a miss its entry declared (`known_miss`) before
+    /// the run; an undeclared miss and a wrong reading fail the zoo.
+    pub accepted: bool,
     pub failure: Option<String>,
     pub seconds: f64,
     /// The scan, as a learner would type it (the folder of bodies and the pid are this run's).
@@ -523,8 +611,13 @@ fn run_words(run: &ZooRun) -> String {
                 run.owner.as_ref().map_or("-".into(), |o| kebab(&o.0)),
                 kebab(&run.expect.owner),
             );
-            if !run.agrees {
-                words.push_str(": UNEXPECTED");
+            words.push_str(&format!(": {}", run.reading.words()));
+            if !run.accepted {
+                words.push_str(if run.reading == Reading::Missed {
+                    ", UNDECLARED"
+                } else {
+                    ", UNEXPECTED"
+                });
             }
             words
         }
@@ -599,7 +692,8 @@ fn run_variant(
         requests_sent: 0,
         errors: 0,
         census_agrees: None,
-        agrees: false,
+        reading: Reading::Wrong,
+        accepted: false,
         failure: None,
         seconds: 0.0,
         command: Vec::new(),
@@ -636,16 +730,11 @@ fn run_variant(
                     (o.owner, o.words.clone())
                 });
             run.axis_agrees = Some(expect.axis.agrees(axis, bounded));
-            // A high-water mark reached within the warm-up (see `Axis::agrees`): nothing grew in
-            // the judged window, so nothing is said to own a growth there.
-            let settled_early = expect.axis == Axis::GivenBack && axis == MeasuredAxis::None;
-            run.owner_agrees =
-                Some(expect.owner.agrees(owner) || (settled_early && owner == MeasuredOwner::None));
+            run.owner_agrees = Some(expect.owner.agrees(owner));
+            run.reading = Reading::judge(expect, scan.outcome, (axis, bounded), owner);
+            run.accepted = entry.accepts(run.reading);
             run.axis = Some((axis, bounded, words));
             run.owner = Some((owner, owner_words));
-            run.agrees = scan.outcome == expect.verdict
-                && run.axis_agrees == Some(true)
-                && run.owner_agrees == Some(true);
             run.diagnosis = Some(scan.diagnosis);
             run.notes = scan.notes;
             run.requests_sent = scan.requests_sent;
@@ -1044,32 +1133,49 @@ impl ZooRun {
     fn got_cell(&self) -> Cell {
         match (&self.failure, self.got) {
             (Some(_), _) | (None, None) => Cell::new("could not scan").tone(Tone::Bad),
-            (None, Some(got)) => Cell::new(got.answer().to_lowercase()).tone(got),
+            (None, Some(got)) => {
+                let tone = if got == self.expect.verdict {
+                    Tone::Good
+                } else {
+                    Tone::Bad
+                };
+                Cell::new(got.answer().to_lowercase()).tone(tone)
+            }
         }
     }
 
-    fn result_cell(&self) -> Cell {
-        if self.agrees {
-            Cell::new("pass").tone(Tone::Good)
-        } else {
-            Cell::new("FAIL").tone(Tone::Bad)
+    /// `as predicted`, `missed (declared)`, `missed (UNDECLARED)` or `wrong`.
+    fn reading_cell(&self) -> Cell {
+        match (self.reading, self.accepted) {
+            (Reading::AsPredicted, _) => Cell::new("as predicted").tone(Tone::Good),
+            (Reading::Missed, true) => Cell::new("missed (declared)").tone(Tone::Warn),
+            (Reading::Missed, false) => Cell::new("missed (UNDECLARED)").tone(Tone::Bad),
+            (Reading::Wrong, _) => Cell::new("wrong").tone(Tone::Bad),
         }
     }
 }
 
-const HEADER: [&str; 12] = [
+/// `fail, per-request, python`: a prediction in one cell.
+fn expect_words(expect: &Expect) -> String {
+    format!(
+        "{}, {}, {}",
+        expect.verdict.answer().to_lowercase(),
+        kebab(&expect.axis),
+        kebab(&expect.owner)
+    )
+}
+
+const HEADER: [&str; 10] = [
     "cause",
     "variant",
     "reference",
+    "predicted (verdict, axis, owner)",
+    "verdict",
     "axis",
-    "expected",
     "owner",
-    "expected",
     "RSS / anonymous",
     "census",
-    "verdict",
-    "expected",
-    "result",
+    "reading",
 ];
 
 /// How the table was measured, said under it.
@@ -1077,10 +1183,15 @@ const HOW: &str = "Each variant is its own service (lab/zoo/serve.py), scanned f
     by `leaklab scan` with the entry's budget, --json and --agent (every zoo service mounts the \
     agent); its RSS and anonymous memory are judged on their floor (slope ± bound per request). \
     The verdict, the growth axis and the owner the scan measured (docs/scan.md, the diagnosis) are \
-    each checked against the entry's prediction; a cause predicted `bounded` agrees with a growth \
-    per new input or per request that stopped within the judged requests. The census column shows \
-    the holder that grew most, marked where it disagrees with the predicted owner; shown, not \
-    judged (the owner is the diagnosis's, from the census's share of the growth).";
+    each read against the entry's prediction of what the variant is (a leak fails, even where the \
+    scan cannot see it): *as predicted*; *missed* where the scan saw less than there is (a leak \
+    read as a pass, a growth read as none, an owner unnamed), *declared* where the entry named \
+    that limit of the instrument in a commit before the run, and never counted as a pass; *wrong* \
+    otherwise. A prediction marked *after measuring* was first committed beside its reading and \
+    does not count as predicted. A cause predicted `bounded` agrees with a growth per new input \
+    or per request that stopped within the judged requests. The census column shows the holder \
+    that grew most, marked where it disagrees with the predicted owner; shown, not judged (the \
+    owner is the diagnosis's, from the census's share of the growth).";
 
 impl ZooReport {
     fn entry(&self, name: &str) -> Option<&Entry> {
@@ -1094,24 +1205,26 @@ impl ZooReport {
                 let reference = self
                     .entry(&r.name)
                     .map_or_else(String::new, |e| e.reports.join(", "));
+                let after = self
+                    .entry(&r.name)
+                    .is_some_and(|e| e.predicted_after_measuring);
+                let predicted = if after {
+                    format!("{} (after measuring)", expect_words(&r.expect))
+                } else {
+                    expect_words(&r.expect)
+                };
                 vec![
                     Cell::code(&r.name),
                     r.variant.name().into(),
                     reference.into(),
+                    predicted.into(),
+                    r.got_cell(),
                     Cell::new(r.axis_cell_text()).tone(tone(r.axis_agrees)),
-                    kebab(&r.expect.axis).into(),
                     Cell::new(r.owner.as_ref().map_or("-".into(), |o| kebab(&o.0)))
                         .tone(tone(r.owner_agrees)),
-                    kebab(&r.expect.owner).into(),
                     r.memory_words().into(),
-                    Cell::code(r.census_words()).tone(match r.census_agrees {
-                        Some(true) => Tone::Good,
-                        Some(false) => Tone::Bad,
-                        None => Tone::Plain,
-                    }),
-                    r.got_cell(),
-                    r.expect.verdict.answer().to_lowercase().into(),
-                    r.result_cell(),
+                    Cell::code(r.census_words()).tone(tone(r.census_agrees)),
+                    r.reading_cell(),
                 ]
             })
             .collect()
@@ -1121,32 +1234,46 @@ impl ZooReport {
         Table::new(HEADER).numeric(&[7]).rows(self.rows())
     }
 
-    /// The runs that disagree with their entry, each with why.
+    /// The runs the zoo does not accept (wrong, or an undeclared miss), each with why.
     pub fn disagreements(&self) -> Vec<String> {
         self.runs
             .iter()
-            .filter(|r| !r.agrees)
+            .filter(|r| !r.accepted)
             .map(|r| format!("{}-{}: {}", r.name, r.variant.name(), run_words(r)))
             .collect()
     }
 
+    /// How many runs read so.
+    pub fn count(&self, reading: Reading) -> usize {
+        self.runs.iter().filter(|r| r.reading == reading).count()
+    }
+
+    /// The causes whose prediction was written before their first measurement.
+    fn predicted_before(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| !e.predicted_after_measuring)
+            .count()
+    }
+
+    /// The counts, misses apart from what was right: `22 of 26 variants as predicted, 4
+    /// missed (4 declared), 0 wrong; 13 causes, 0 predicted before measuring`.
     fn headline(&self) -> String {
-        let wrong = self.runs.iter().filter(|r| !r.agrees).count();
-        let causes = self.entries.len();
-        let causes = if causes == 1 {
-            "1 cause".to_string()
-        } else {
-            format!("{causes} causes")
-        };
-        match wrong {
-            0 => format!(
-                "every variant of {causes} got the verdict, axis and owner its entry predicted"
-            ),
-            n => format!(
-                "{n} of {} variants of {causes} did not get the verdict, axis and owner their entry predicted",
-                self.runs.len()
-            ),
-        }
+        let missed = self.count(Reading::Missed);
+        let declared = self
+            .runs
+            .iter()
+            .filter(|r| r.reading == Reading::Missed && r.accepted)
+            .count();
+        format!(
+            "{} of {} variants as predicted, {missed} missed ({declared} declared before the run), \
+             {} wrong; {} causes, {} predicted before measuring",
+            self.count(Reading::AsPredicted),
+            self.runs.len(),
+            self.count(Reading::Wrong),
+            self.entries.len(),
+            self.predicted_before()
+        )
     }
 
     /// What the reader must know besides the table: variants that could not be scanned, and
@@ -1170,7 +1297,12 @@ impl ZooReport {
             .entries
             .iter()
             .filter(|e| !e.known_miss.is_empty())
-            .map(|e| format!("Known miss, {}: {}", e.name, e.known_miss));
+            .map(|e| {
+                format!(
+                    "Known miss, {} (declared in {}): {}",
+                    e.name, e.known_miss_since, e.known_miss
+                )
+            });
         let device_only = (!self.device_only.is_empty()).then(|| {
             format!(
                 "Not run here, CUDA only and torch sees no CUDA device (the device check runs \
@@ -1206,7 +1338,7 @@ impl Report for ZooReport {
     /// Pass only when every variant got what its entry predicted (a variant that could not be
     /// scanned disagrees).
     fn outcome(&self) -> Outcome {
-        Outcome::pass_if(!self.runs.is_empty() && self.runs.iter().all(|r| r.agrees))
+        Outcome::pass_if(!self.runs.is_empty() && self.runs.iter().all(|r| r.accepted))
     }
 
     fn text(&self) -> String {
@@ -1240,7 +1372,6 @@ impl Report for ZooReport {
 
     fn page(&self) -> Option<Page> {
         let outcome = self.outcome();
-        let agreeing = self.runs.iter().filter(|r| r.agrees).count();
         let summary = Summary {
             tone: outcome.into(),
             answer: outcome.answer().into(),
@@ -1249,7 +1380,17 @@ impl Report for ZooReport {
                 ("causes".into(), self.entries.len().to_string()),
                 (
                     "variants as predicted".into(),
-                    format!("{agreeing} of {}", self.runs.len()),
+                    format!(
+                        "{} of {}",
+                        self.count(Reading::AsPredicted),
+                        self.runs.len()
+                    ),
+                ),
+                ("missed".into(), self.count(Reading::Missed).to_string()),
+                ("wrong".into(), self.count(Reading::Wrong).to_string()),
+                (
+                    "causes predicted before measuring".into(),
+                    format!("{} of {}", self.predicted_before(), self.entries.len()),
                 ),
                 ("time".into(), human_duration(self.seconds)),
             ],
@@ -1286,6 +1427,14 @@ impl Report for ZooReport {
                     if e.must_pass { "yes" } else { "no" }.to_string(),
                 ),
                 ("budget".to_string(), e.budget.join(" ")),
+                (
+                    "predicted in".to_string(),
+                    if e.predicted_after_measuring {
+                        format!("{} (which already held its first reading)", e.predicted_in)
+                    } else {
+                        format!("{} (before any measurement)", e.predicted_in)
+                    },
+                ),
                 (
                     "requests".to_string(),
                     format!(
@@ -1352,13 +1501,20 @@ mod tests {
             below_python: false,
             must_pass,
             leaky: expect(leaky),
-            fixed: expect(fixed),
+            fixed: Expect {
+                axis: Axis::None,
+                owner: Owner::None,
+                ..expect(fixed)
+            },
             budget: Vec::new(),
             inputs: Inputs::Same,
             requests: 1,
             warmup: 1,
             env: BTreeMap::new(),
             known_miss: String::new(),
+            known_miss_since: String::new(),
+            predicted_in: "e595376".into(),
+            predicted_after_measuring: true,
             device: Device::Cpu,
         }
     }
@@ -1381,14 +1537,187 @@ mod tests {
             .is_some());
         let missed = Entry {
             known_miss: "bounded: read as a plateau".into(),
-            ..entry(false, Outcome::Pass, Outcome::Pass)
-        };
-        assert_eq!(missed.contract_broken(), None);
-        let claimed = Entry {
-            known_miss: "x".into(),
+            known_miss_since: "f7222e6".into(),
             ..entry(false, Outcome::Fail, Outcome::Pass)
         };
-        assert!(claimed.contract_broken().is_some());
+        assert_eq!(missed.contract_broken(), None);
+        let expected_pass = Entry {
+            known_miss: "bounded: read as a plateau".into(),
+            known_miss_since: "f7222e6".into(),
+            ..entry(false, Outcome::Pass, Outcome::Pass)
+        };
+        assert!(
+            expected_pass.contract_broken().is_some(),
+            "a known miss still states the leak's fail: the pass it gets is a miss, not a pass"
+        );
+        let undated = Entry {
+            known_miss_since: String::new(),
+            ..missed.clone()
+        };
+        assert!(
+            undated.contract_broken().is_some(),
+            "a limit names its commit"
+        );
+        let unsourced = Entry {
+            predicted_in: "first".into(),
+            ..entry(false, Outcome::Fail, Outcome::Pass)
+        };
+        assert!(
+            unsourced.contract_broken().is_some(),
+            "a prediction names its commit"
+        );
+    }
+
+    /// A run of `e` read `got` (axis, bounded, owner), as `run_variant` reads a scan.
+    fn read(
+        e: &Entry,
+        variant: ZooVariant,
+        got: Outcome,
+        axis: MeasuredAxis,
+        owner: MeasuredOwner,
+    ) -> ZooRun {
+        let expect = e.expect(variant);
+        let reading = Reading::judge(expect, got, (axis, false), owner);
+        ZooRun {
+            name: e.name.clone(),
+            variant,
+            expect,
+            got: Some(got),
+            memory: None,
+            census: CensusWord::NotAsked,
+            diagnosis: None,
+            axis: Some((axis, false, String::new())),
+            owner: Some((owner, String::new())),
+            notes: Vec::new(),
+            requests_sent: 1,
+            errors: 0,
+            census_agrees: None,
+            axis_agrees: Some(expect.axis.agrees(axis, false)),
+            owner_agrees: Some(expect.owner.agrees(owner)),
+            reading,
+            accepted: e.accepts(reading),
+            failure: None,
+            seconds: 1.0,
+            command: Vec::new(),
+            report: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn a_leak_read_as_a_pass_is_a_miss_that_fails_the_zoo_unless_its_limit_was_declared() {
+        let leak = entry(false, Outcome::Fail, Outcome::Pass);
+        let fixed = read(
+            &leak,
+            ZooVariant::Fixed,
+            Outcome::Pass,
+            MeasuredAxis::None,
+            MeasuredOwner::None,
+        );
+        assert_eq!(fixed.reading, Reading::AsPredicted);
+        let missed = read(
+            &leak,
+            ZooVariant::Leaky,
+            Outcome::Pass,
+            MeasuredAxis::None,
+            MeasuredOwner::None,
+        );
+        assert_eq!(missed.reading, Reading::Missed);
+        let report = ZooReport {
+            entries: vec![leak.clone()],
+            runs: vec![missed, fixed.clone()],
+            device_only: Vec::new(),
+            seconds: 1.0,
+        };
+        assert_eq!(
+            report.outcome(),
+            Outcome::Fail,
+            "an undeclared miss fails the zoo"
+        );
+        assert!(
+            report.text().contains("missed (UNDECLARED)"),
+            "{}",
+            report.text()
+        );
+        assert!(
+            report
+                .headline()
+                .starts_with("1 of 2 variants as predicted, 1 missed (0 declared"),
+            "{}",
+            report.headline()
+        );
+
+        let declared = Entry {
+            known_miss: "copy-on-write: the summed anonymous memory stays flat".into(),
+            known_miss_since: "e595376".into(),
+            ..leak
+        };
+        let missed = read(
+            &declared,
+            ZooVariant::Leaky,
+            Outcome::Pass,
+            MeasuredAxis::PerRequest,
+            MeasuredOwner::Python,
+        );
+        assert_eq!(missed.reading, Reading::Missed, "the verdict alone missed");
+        let report = ZooReport {
+            entries: vec![declared],
+            runs: vec![missed, fixed],
+            device_only: Vec::new(),
+            seconds: 1.0,
+        };
+        assert_eq!(
+            report.outcome(),
+            Outcome::Pass,
+            "a declared limit is accepted..."
+        );
+        let text = report.text();
+        assert!(
+            text.contains("missed (declared)") && !text.contains("every variant"),
+            "...and still shown as a miss, never as a pass: {text}"
+        );
+        assert!(
+            report.headline().contains("1 missed (1 declared"),
+            "{}",
+            report.headline()
+        );
+    }
+
+    #[test]
+    fn a_false_alarm_or_another_axis_is_wrong_and_seeing_nothing_is_a_miss() {
+        let leak = entry(false, Outcome::Fail, Outcome::Pass);
+        let alarm = read(
+            &leak,
+            ZooVariant::Fixed,
+            Outcome::Fail,
+            MeasuredAxis::PerRequest,
+            MeasuredOwner::Python,
+        );
+        assert_eq!(alarm.reading, Reading::Wrong);
+        let elsewhere = read(
+            &leak,
+            ZooVariant::Leaky,
+            Outcome::Fail,
+            MeasuredAxis::PerNewInput,
+            MeasuredOwner::Python,
+        );
+        assert_eq!(elsewhere.reading, Reading::Wrong);
+        let unnamed = read(
+            &leak,
+            ZooVariant::Leaky,
+            Outcome::Fail,
+            MeasuredAxis::PerRequest,
+            MeasuredOwner::Unknown,
+        );
+        assert_eq!(unnamed.reading, Reading::Missed);
+        let declared = Entry {
+            known_miss: "x".into(),
+            known_miss_since: "e595376".into(),
+            ..leak
+        };
+        assert!(
+            !declared.accepts(Reading::Wrong),
+            "a declared limit never excuses a wrong reading"
+        );
     }
 
     #[test]
@@ -1399,6 +1728,7 @@ mod tests {
             "instruments": ["scan", "agent"],
             "leaky": {"axis": "per-new-input", "owner": "native", "verdict": "fail"},
             "must_pass": false, "name": "onednn", "reports": ["pytorch/pytorch#27971"],
+            "predicted_in": "82832cb", "predicted_after_measuring": true,
             "requests": 400, "symptom": "grows", "title": "oneDNN", "warmup": 50}"#;
         let e: Entry = serde_json::from_str(json).unwrap();
         assert_eq!(
@@ -1454,8 +1784,8 @@ mod tests {
         );
         assert!(!Axis::GivenBack.agrees(MeasuredAxis::PerNewInput, true));
         assert!(
-            Axis::GivenBack.agrees(MeasuredAxis::None, false),
-            "a climb over within the warm-up leaves the judged window flat"
+            !Axis::GivenBack.agrees(MeasuredAxis::None, false),
+            "none is not given back: a flat window is a miss"
         );
         assert!(!Axis::None.agrees(MeasuredAxis::Undetermined, false));
         assert!(Axis::None.agrees(MeasuredAxis::None, false));

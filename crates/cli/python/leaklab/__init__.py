@@ -15,10 +15,25 @@ Importing ``leaklab`` imports no torch: the parts that need it import it when th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from leaklab._find_bin import LeaklabNotFound, find_leaklab_bin
-from leaklab.serve import AgentServer, serve_agent
+
+if TYPE_CHECKING:
+    from leaklab.serve import AgentServer, serve_agent
 
 __all__ = ["AgentServer", "LeaklabNotFound", "__version__", "find_leaklab_bin", "serve_agent"]
+
+
+def __getattr__(name: str) -> Any:
+    """``serve_agent`` and ``AgentServer`` imported when first named: ``leaklab.serve`` brings
+    asyncio and http.server, which the pytest plugin (imported in every pytest run once the wheel
+    is installed) never needs."""
+    if name in ("AgentServer", "serve_agent"):
+        from leaklab import serve
+
+        return getattr(serve, name)
+    raise AttributeError(f"module 'leaklab' has no attribute {name!r}")
 
 
 def _version() -> str:

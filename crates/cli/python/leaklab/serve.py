@@ -116,7 +116,10 @@ def serve_agent(
                 received = True
                 return {"type": "http.request", "body": body, "more_body": False}
 
+            chunked = False
+
             async def send(message: MutableMapping[str, Any]) -> None:
+                nonlocal chunked
                 # Written from the loop's thread while this one waits: the answer streams (a
                 # snapshot may be a gigabyte) instead of being held whole.
                 if message["type"] == "http.response.start":
@@ -126,13 +129,11 @@ def serve_agent(
                         self.send_header(k.decode("latin-1"), v.decode("latin-1"))
                     if b"content-length" not in headers:
                         self.send_header("transfer-encoding", "chunked")
-                        self._chunked = True
-                    else:
-                        self._chunked = False
+                        chunked = True
                     self.end_headers()
                 elif message["type"] == "http.response.body":
                     chunk = message.get("body", b"")
-                    if self._chunked:
+                    if chunked:
                         if chunk:
                             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                         if not message.get("more_body"):
