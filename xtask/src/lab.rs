@@ -1,4 +1,5 @@
-//! `cargo xtask lab ...`: the workshop exercises and the incident drill, checked by the detector.
+//! `cargo xtask lab ...`: the workshop exercises and the incident drills (Rust and Python),
+//! checked by the detector.
 //!
 //! Most commands go to the `leaklab-exercises` binary as they are. The drill's learner copy
 //! (`lab/exercises/src/incident.rs`) is compiled into `leaklab-incident` only, behind the
@@ -14,8 +15,9 @@ pub fn run(torch: &Torch, args: &[String]) -> Result<()> {
     match words.as_slice() {
         ["incident", rest @ ..] => incident(torch, rest),
         ["check", "incident"] => learner_incident(torch, &["check"]),
-        // The Python exercises are scanned by the `leaklab` binary (lab/exercises/src/python.rs).
-        ["check", "5" | "6", ..] => {
+        // The Python exercises and the Python drill are scanned by the `leaklab` binary
+        // (lab/exercises/src/python.rs); the drill's briefing tells the learner to run it too.
+        ["check", "5" | "6" | "pyincident", ..] | ["pyincident", ..] => {
             build_leaklab(torch)?;
             run_as_is(exercises(
                 torch,

@@ -39,6 +39,19 @@ enum Command {
         incident: Option<String>,
         #[arg(long)]
         json: bool,
+        /// The Python drill's incident (`pyincident`) instead of the Rust one.
+        #[arg(long)]
+        python: bool,
+    },
+    /// The Python drill: picks (or resumes) an incident, writes the learner's copy
+    /// (lab/exercises/python/incident.py), prints the briefing and serves the copy.
+    Pyincident {
+        /// Start another incident, even with one in progress.
+        #[arg(long)]
+        new: bool,
+        /// Pick the incident by this seed.
+        #[arg(long)]
+        seed: Option<u64>,
     },
 }
 
@@ -74,7 +87,16 @@ fn main() -> Result<()> {
                 println!("{}  {:<7} {path:<36} {}", e.number, e.name, e.symptom);
             }
             println!("   incident lab/exercises/src/incident.rs  an unknown cause: `cargo xtask lab incident` (after the six)");
+            println!("   pyincident lab/exercises/python/incident.py  an unknown cause in a FastAPI service: `cargo xtask lab pyincident`");
             println!("\nFix one, then `cargo xtask lab check N`; `cargo xtask lab reset N` starts it over. Hints: lab/README.md");
+        }
+        Command::Check {
+            which: Which::PyIncident,
+            solution,
+        } => {
+            let outcome = drill::python::check(solution)?;
+            print!("{}", outcome.text);
+            std::process::exit(i32::from(!outcome.passed));
         }
         Command::Check {
             which: Which::Incident,
@@ -111,6 +133,15 @@ fn main() -> Result<()> {
             std::process::exit(i32::from(!outcome.passed));
         }
         Command::Reset {
+            which: Which::PyIncident,
+        } => {
+            drill::python::reset()?;
+            println!(
+                "{} restored to the incident's starting state",
+                drill::python::learner_file().display()
+            );
+        }
+        Command::Reset {
             which: Which::Incident,
         } => {
             drill::reset()?;
@@ -140,7 +171,31 @@ fn main() -> Result<()> {
                 |addr| println!("leaklab-exercises incident {original} listening on http://{addr}"),
             )?;
         }
-        Command::Reveal { incident, json } => {
+        Command::Reveal {
+            incident,
+            python: true,
+            ..
+        } => {
+            let (incident, seed) = match incident {
+                Some(name) => (drill::python::incident(&name)?, None),
+                None => match drill::python::current()? {
+                    Some((incident, seed)) => (incident, Some(seed)),
+                    None => bail!("no Python incident in progress: `cargo xtask lab pyincident` starts one (or `reveal --python --incident NAME`)"),
+                },
+            };
+            print!("{}", drill::python::reveal(incident, seed));
+        }
+        Command::Pyincident { new, seed } => {
+            println!("{}\n", drill::python::prepare(new, seed)?);
+            print!("{}", drill::python::briefing());
+            let status = std::process::Command::new(leaklab_exercises::python::python())
+                .arg(leaklab_exercises::python::folder().join("_check.py"))
+                .args(["serve", "6"])
+                .arg(drill::python::learner_file())
+                .status()?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
+        Command::Reveal { incident, json, .. } => {
             let (incident, seed) = match incident {
                 Some(name) => (drill::incident(&name)?, None),
                 None => match drill::current()? {
@@ -164,6 +219,8 @@ fn main() -> Result<()> {
 enum Which {
     Exercise(usize),
     Incident,
+    /// The Python drill's.
+    PyIncident,
 }
 
 impl std::str::FromStr for Which {
@@ -171,6 +228,7 @@ impl std::str::FromStr for Which {
     fn from_str(s: &str) -> Result<Which, String> {
         match s {
             "incident" => Ok(Which::Incident),
+            "pyincident" => Ok(Which::PyIncident),
             n => n
                 .parse()
                 .ok()
@@ -178,7 +236,7 @@ impl std::str::FromStr for Which {
                 .map(Which::Exercise)
                 .ok_or_else(|| {
                     format!(
-                        "which exercise? 1 to {}, or `incident`; got `{s}`",
+                        "which exercise? 1 to {}, `incident` or `pyincident`; got `{s}`",
                         leaklab_exercises::EXERCISES.len()
                     )
                 }),

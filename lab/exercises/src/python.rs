@@ -210,6 +210,17 @@ pub fn check(n: usize, version: Version) -> Result<Outcome> {
 /// Checks the service in `path` as exercise `n` (the tests check "fixes" written elsewhere).
 pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     let info = crate::info(n)?;
+    // The learner's scan report is kept (target/leaklab/exercise-N); the tests' go with their
+    // temporary folder.
+    let kept = (*path == file(info, Version::Learner))
+        .then(|| lab().join(format!("../target/leaklab/exercise-{n}")));
+    check_service(n, path, &format!("Exercise {n} ({})", info.name), kept)
+}
+
+/// Checks the service in `path` on exercise `n`'s requests, answers and budget, its text
+/// starting with `title`; the scan's report goes to `kept` (shown to the learner), else into a
+/// temporary folder. The Python incident drill checks its service so too (exercise 6's).
+pub fn check_service(n: usize, path: &Path, title: &str, kept: Option<PathBuf>) -> Result<Outcome> {
     let plan = plan(n)?;
     let leaklab = leaklab_bin();
     if !leaklab.is_file() {
@@ -220,6 +231,8 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     }
     let dir = tempfile::tempdir()?;
     let (served, url) = serve(n, path, dir.path())?;
+    // Served as the zoo serves (lab/zoo/_zoo.py): leaklab's agent mounted at /debug/leaklab.
+    let agent = format!("{url}/debug/leaklab");
     let url = format!("{url}/predict");
 
     let bodies = dir.path().join("bodies");
@@ -241,13 +254,8 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     } else {
         bodies.join("000000.json")
     };
-    // The learner's scan report is kept (target/leaklab/exercise-N); the tests' go with `dir`.
-    let learner = *path == file(info, Version::Learner);
-    let out = if learner {
-        lab().join(format!("../target/leaklab/exercise-{n}"))
-    } else {
-        dir.path().join("report")
-    };
+    let learner = kept.is_some();
+    let out = kept.unwrap_or_else(|| dir.path().join("report"));
     let scan = run(
         Command::new(&leaklab)
             .args(["scan", &url, "--body"])
@@ -261,6 +269,8 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
                 &plan.warmup.to_string(),
             ])
             .args(plan.budget)
+            // The census names what still holds the memory, in the check's words too.
+            .args(["--agent", &agent])
             .arg("--out")
             .arg(&out)
             .arg("--json"),
@@ -288,8 +298,7 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     })?;
 
     let mut text = format!(
-        "Exercise {n} ({}), {} warm-up + {} requests{}, scanned by leaklab under {}:\n",
-        info.name,
+        "{title}, {} warm-up + {} requests{}, scanned by leaklab under {}:\n",
         plan.warmup,
         plan.requests,
         if n == 5 {
@@ -301,6 +310,13 @@ pub fn check_file(n: usize, path: &Path) -> Result<Outcome> {
     );
     let (grows, memory) = memory_finding(&report, &plan);
     text.push_str(&memory);
+    if let Some(top) = report["census"]["grown"].get(0).filter(|_| grows) {
+        text.push_str(&format!(
+            "  The agent's census: what grew most is held by {} (+{} a request).\n",
+            top["holder"].as_str().unwrap_or("?"),
+            human_bytes(top["bytes_per_step"].as_f64().unwrap_or(f64::NAN))
+        ));
+    }
     if learner {
         let html = out.join("report.html");
         let html = std::fs::canonicalize(&html).unwrap_or(html);

@@ -6,6 +6,7 @@
 //! binary (`target/debug/leaklab`, built by `cargo xtask test`; or `LEAKLAB_BIN`). Without
 //! them the tests say so and return; under CI=true they fail.
 
+use leaklab_exercises::drill::python as drill;
 use leaklab_exercises::python::{check, check_file, file, leaklab_bin, python};
 use leaklab_exercises::{info, Kind, Version, EXERCISES};
 
@@ -167,4 +168,53 @@ fn padding_without_cropping_back_fails() {
         "{}",
         outcome.text
     );
+}
+
+/// The Python drill's incident `name`, as shipped, fails its check (its answers right), and the
+/// check's census names its holder (what `leaklab scan --agent` shows the learner).
+fn incident_untouched_fails(name: &str) {
+    if !ready() {
+        return;
+    }
+    let incident = drill::incident(name).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("incident.py");
+    std::fs::write(&path, drill::text(Some(incident))).unwrap();
+    let outcome = drill::check_file(&path, None).unwrap();
+    assert!(
+        !outcome.passed,
+        "{name} passes untouched:\n{}",
+        outcome.text
+    );
+    for words in ["It still leaks", "Answers are right", incident.holder] {
+        assert!(
+            outcome.text.contains(words),
+            "{name}: no {words:?} in\n{}",
+            outcome.text
+        );
+    }
+}
+
+#[test]
+fn the_python_incident_hook_untouched_fails() {
+    incident_untouched_fails("hook");
+}
+
+#[test]
+fn the_python_incident_exceptions_untouched_fails() {
+    incident_untouched_fails("exceptions");
+}
+
+#[test]
+fn the_python_incident_cycles_untouched_fails() {
+    incident_untouched_fails("cycles");
+}
+
+#[test]
+fn the_python_incidents_reference_fix_passes() {
+    if !ready() {
+        return;
+    }
+    let outcome = drill::check(true).unwrap();
+    assert!(outcome.passed, "{}", outcome.text);
 }

@@ -10,6 +10,7 @@
 //! originals and the reference fix are compiled into this library for the tests.
 
 pub mod check;
+pub mod python;
 pub mod render;
 pub mod serve;
 pub mod traffic;
@@ -256,7 +257,7 @@ pub fn reset() -> Result<()> {
 }
 
 /// A seed nobody chose: the clock and the process id, mixed.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

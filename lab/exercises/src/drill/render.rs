@@ -3,7 +3,8 @@
 //! A template line that differs between incidents ends in a tag: `// LEAK(cause) name: why` puts
 //! it in incident `name`'s handler only, `// FIX(cause) name: why` in every handler but that
 //! one (the leak's fixed twin, beside it). Untagged lines are in every handler, `//#` lines
-//! (notes on the template) in none. The handler with no incident has every fix in: it is the
+//! (notes on the template) in none. The Python drill's template (`incidents/service.py`) is
+//! rendered the same way, its tags and notes in Python's comments (`# LEAK(…)`, `##`). The handler with no incident has every fix in: it is the
 //! reference fix of every incident, and the bounded-cache incident as shipped.
 //!
 //! Std only: `build.rs` includes this file to render the originals the tests compile.
@@ -23,22 +24,27 @@ pub struct Tag<'a> {
 
 /// The tag of `line` and where its comment starts, if it has one.
 pub fn tag(line: &str) -> Option<(usize, Tag<'_>)> {
-    [("// LEAK(", true), ("// FIX(", false)]
-        .into_iter()
-        .find_map(|(marker, leak)| {
-            let at = line.find(marker)?;
-            let (cause, rest) = line[at + marker.len()..].split_once(") ")?;
-            let (incident, why) = rest.split_once(':').unwrap_or((rest, ""));
-            Some((
-                at,
-                Tag {
-                    leak,
-                    cause,
-                    incident: incident.trim(),
-                    why: why.trim(),
-                },
-            ))
-        })
+    [
+        ("// LEAK(", true),
+        ("// FIX(", false),
+        ("# LEAK(", true),
+        ("# FIX(", false),
+    ]
+    .into_iter()
+    .find_map(|(marker, leak)| {
+        let at = line.find(marker)?;
+        let (cause, rest) = line[at + marker.len()..].split_once(") ")?;
+        let (incident, why) = rest.split_once(':').unwrap_or((rest, ""));
+        Some((
+            at,
+            Tag {
+                leak,
+                cause,
+                incident: incident.trim(),
+                why: why.trim(),
+            },
+        ))
+    })
 }
 
 /// One line of a rendered handler.
@@ -53,7 +59,7 @@ pub struct Line<'a> {
 pub fn render<'a>(template: &'a str, incident: Option<&str>) -> Vec<Line<'a>> {
     template
         .lines()
-        .filter(|l| !l.starts_with("//#"))
+        .filter(|l| !l.starts_with("//#") && !l.starts_with("##"))
         .filter_map(|l| match tag(l) {
             None => Some(Line { code: l, tag: None }),
             Some((at, t)) => (t.leak == (Some(t.incident) == incident)).then(|| Line {
@@ -161,5 +167,10 @@ mod tests {
             Some((false, "g", ""))
         );
         assert_eq!(tag("c(); // a comment"), None);
+        assert_eq!(
+            tag("d()  # FIX(refs) h: why").map(|(at, t)| (at, t.leak, t.incident)),
+            Some((5, false, "h")),
+            "Python's comments too"
+        );
     }
 }
