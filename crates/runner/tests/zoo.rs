@@ -171,6 +171,7 @@ zoo_tests! {
     forward_hook,
     gc_disabled_cycles,
     malloc_retention,
+    metrics_label_cardinality,
     nograd_threadpool,
     onednn_cache,
     onnxruntime_arena,
