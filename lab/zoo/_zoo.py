@@ -207,9 +207,14 @@ def serve(app: Any, label: str, port: int = 0, native_max_seconds: float = 0.0) 
     import uvicorn
 
     # allow_trim: the zoo's scans ask the trim probe (--trim) whether a growth that held is the
-    # allocator's to give back (the diagnosis's given-back axis); it runs after all they measure.
+    # allocator's to give back (the diagnosis's given-back axis); python_trace_max_seconds: they
+    # ask the Python trace (--python-trace) what Python objects a window of requests kept. Both
+    # run after all they judge.
     app.add_middleware(
-        agent_middleware(), allow_trim=True, native_max_seconds=native_max_seconds
+        agent_middleware(),
+        allow_trim=True,
+        native_max_seconds=native_max_seconds,
+        python_trace_max_seconds=30.0,
     )
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it each answer waits ~40 ms on Nagle and the client's delayed ACK.

@@ -38,6 +38,22 @@ PREDICTION (written before any measurement, in the commit that adds this module)
   the owner rule names native memory ("the census holds 0 B"): wrong. The instrument is to
   read the Python heap beside the tensors, so that objects that hold no tensor read as Python.
 - Fixed: PASS, flat (three children in all, made in the warm-up). Axis none, owner none.
+
+MEASURED (added after the runs; the prediction above is kept as written, in de85ad8):
+- The first run, with the scan as it was (`cargo xtask run-lab --zoo`, 2026-12-07): leaky
+  FAIL, anonymous memory 6.53 kB ± 1.02 kB a request, axis per new input, owner native ("the
+  census holds 0 B"): wrong, as predicted for the owner; fixed PASS, flat. Its census's heap
+  figures showed why the census could not help: the looks inside re-sent bodies already sent
+  (the folder held warm-up + judged bodies only), so no child was made between them.
+- The census then got the Python heap (objects by type), the agent a Python trace
+  (tracemalloc over a window of requests, `POST pytrace`, opt-in), the scan `--python-trace`,
+  the judge the rule that Python objects the trace kept make a native reading Python, and
+  serve.py enough bodies that the windows after the judged requests send new ones. Three runs
+  of this entry after that (`leaklab-lab run-lab --zoo --only metrics_label_cardinality`):
+  leaky FAIL 3 of 3 at 6.56-6.58 kB ± 1.02 kB a request, per new input, owner Python: the
+  trace kept 4.60-4.77 kB a request (77-86 requests), most at prometheus_client's
+  values.py:25 (34-36 blocks a request: a value and its lock per bucket) and metrics.py:658;
+  fixed PASS 3 of 3, flat, 150-217 B a request. As predicted, after the instrument changed.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
@@ -71,7 +87,7 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-input", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "5", "--fail-if-oom-within", "2d"),
-    predicted_in="this commit",
+    predicted_in="de85ad8",
     predicted_after_measuring=False,
     inputs="shapes",
     requests=400,

@@ -139,7 +139,14 @@ def write_bodies(entry: Entry, folder: str, count: int | None) -> None:
     if entry.body is None:
         raise SystemExit(f"{entry.name} declares no body")
     os.makedirs(folder, exist_ok=True)
-    n = (count or entry.warmup + entry.requests) if entry.inputs == "shapes" else 1
+    # Beyond the judged requests, the scan sends more (the repeat phase resends inputs already
+    # seen; the looks inside and the agent's trace windows send new ones, as traffic would):
+    # enough bodies that those stay new.
+    n = (
+        (count or entry.warmup + 2 * entry.requests + 250)
+        if entry.inputs == "shapes"
+        else 1
+    )
     for i in range(n):
         with open(os.path.join(folder, f"{i:06d}.json"), "w") as f:
             json.dump(entry.body(i), f)

@@ -340,6 +340,11 @@ struct ScanArgs {
     /// window of requests after the looks inside: where the native memory was allocated.
     #[arg(long, requires = "agent", help_heading = "What to watch")]
     native: bool,
+    /// With --agent: its Python trace (opt-in, `python_trace_max_seconds`, tracemalloc) over a
+    /// window of requests after the looks inside: Python objects kept that hold no tensor (a
+    /// metric's series per user, per-user state), named by the line that allocated them.
+    #[arg(long, requires = "agent", help_heading = "What to watch")]
+    python_trace: bool,
     /// Memory that may be used, e.g. 16GiB (default: the cgroup limit, the GPU total, or the
     /// machine's memory; with --prometheus, --capacity-query).
     #[arg(long, help_heading = "Budget")]
@@ -538,6 +543,7 @@ fn scan(a: ScanArgs) -> ExitCode {
         trim: a.trim,
         collect: a.collect,
         native: a.native,
+        python_trace: a.python_trace,
     };
     finish("scan", leaklab_scan::run(scan), &output)
 }

@@ -400,6 +400,7 @@ mod hostile {
             totals,
             holders,
             holders_omitted: 0,
+            heap: None,
         }
     }
 

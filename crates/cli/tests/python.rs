@@ -76,6 +76,7 @@ groups! {
         "crates/cli/python/tests/test_serve_agent.py",
         "crates/cli/python/tests/test_pytest_plugin_twin.py",
         "crates/cli/python/tests/test_native.py",
+        "crates/cli/python/tests/test_pytrace.py",
     ],
     // Alone: after the plugin's inline sessions (whose objects outlive them) the twin's module
     // took 26 s of CPU, alone 18 s (one run each).

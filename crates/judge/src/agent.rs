@@ -8,6 +8,7 @@
 //! `app.state.responses`). The scan, the watch and `leaklab judge` (the pytest plugin's) diff
 //! censuses the same way, so all say "who holds it" in one voice.
 
+use crate::thresholds::TRACED_BLOCKS_PER_REQUEST;
 use anyhow::{bail, Result};
 use leaklab_report::{human_bytes, signed_bytes, Cell, Table};
 use serde::{Deserialize, Serialize};
@@ -80,7 +81,33 @@ pub struct Census {
     pub holders: Vec<Holder>,
     #[serde(default)]
     pub holders_omitted: u64,
+    /// Python's own heap beside the tensors (absent from older agents).
+    #[serde(default)]
+    pub heap: Option<Heap>,
 }
+
+/// Python's own heap, as a census saw it: where objects that hold no tensor grow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heap {
+    /// `sys.getallocatedblocks()`: pymalloc blocks in use.
+    pub blocks: i64,
+    /// gc-tracked objects by type (`module.qualname`), the most numerous only.
+    pub types: BTreeMap<String, i64>,
+}
+
+/// How Python's own heap grew between two censuses: objects that hold no tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeapGrowth {
+    /// gc-tracked objects, after minus before.
+    pub objects: i64,
+    /// pymalloc blocks, after minus before.
+    pub blocks: i64,
+    /// The types whose objects grew most, with how many more (at most [`HEAP_TYPES`]).
+    pub types: Vec<(String, i64)>,
+}
+
+/// The grown types a [`HeapGrowth`] keeps.
+pub const HEAP_TYPES: usize = 5;
 
 impl Census {
     /// Reads a census document; anything else is a clear error.
@@ -217,6 +244,9 @@ pub struct CensusDiff {
     pub census_seconds: (f64, f64),
     /// A census that stopped early, said as it said it.
     pub notes: Vec<String>,
+    /// Python's own heap over the same steps, where both censuses read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap: Option<HeapGrowth>,
 }
 
 /// The holders that grew from `before` to `after`, `steps` requests or calls apart. A holder of
@@ -362,7 +392,26 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
         total_graph_nodes: after.totals.graph_nodes as i64 - before.totals.graph_nodes as i64,
         census_seconds: (before.seconds, after.seconds),
         notes,
+        heap: heap_growth(before, after),
     }
+}
+
+/// How Python's heap grew from `before` to `after`: objects, blocks, the types that grew most.
+fn heap_growth(before: &Census, after: &Census) -> Option<HeapGrowth> {
+    let (a, b) = (before.heap.as_ref()?, after.heap.as_ref()?);
+    let mut types: Vec<(String, i64)> = b
+        .types
+        .iter()
+        .map(|(name, n)| (name.clone(), n - a.types.get(name).copied().unwrap_or(0)))
+        .filter(|(_, grew)| *grew > 0)
+        .collect();
+    types.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    types.truncate(HEAP_TYPES);
+    Some(HeapGrowth {
+        objects: after.objects as i64 - before.objects as i64,
+        blocks: b.blocks - a.blocks,
+        types,
+    })
 }
 
 impl CensusDiff {
@@ -424,6 +473,21 @@ impl CensusDiff {
             ));
         }
         out.push(format!("  {}", self.totals(step)));
+        if let Some(h) = self.heap.as_ref().filter(|h| h.objects > 0) {
+            let types: Vec<String> = h
+                .types
+                .iter()
+                .take(3)
+                .map(|(name, n)| format!("`{name}` {n:+}"))
+                .collect();
+            out.push(format!(
+                "  Python's own heap: {:+} gc-tracked objects ({:.1} a {step}), {:+} pymalloc blocks; most: {}",
+                h.objects,
+                h.objects as f64 / self.steps.max(1) as f64,
+                h.blocks,
+                types.join(", ")
+            ));
+        }
         out.extend(self.notes.iter().map(|n| format!("  Note: {n}")));
         out.join("\n")
     }
@@ -634,6 +698,67 @@ pub struct NativeFrame {
     pub line: u64,
 }
 
+/// The agent's Python trace over a window of requests (`POST {base}/pytrace`,
+/// `leaklab.pytrace/1`): what Python objects the window allocated and left alive, by line
+/// (tracemalloc), where no tensor holds the memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PyTrace {
+    #[serde(default)]
+    pub requests: u64,
+    #[serde(default)]
+    pub seconds: f64,
+    /// Allocated within the window and alive at its end, leaklab's own left out.
+    #[serde(default)]
+    pub kept_bytes: i64,
+    #[serde(default)]
+    pub kept_blocks: i64,
+    /// By bytes, most first.
+    #[serde(default)]
+    pub top: Vec<TracedLine>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// A line that allocated what a Python trace's window kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracedLine {
+    pub file: String,
+    pub line: u64,
+    pub bytes: i64,
+    pub blocks: i64,
+}
+
+impl PyTrace {
+    /// Bytes kept a request over the window, where it counted any: the lines that gained at
+    /// least [`TRACED_BLOCKS_PER_REQUEST`] blocks a request (a growth per request, not a request
+    /// in flight at one snapshot).
+    pub fn kept_per_request(&self) -> Option<f64> {
+        let requests = self.requests as f64;
+        (self.requests > 0).then(|| {
+            self.top
+                .iter()
+                .filter(|l| l.blocks as f64 >= TRACED_BLOCKS_PER_REQUEST * requests)
+                .map(|l| l.bytes.max(0) as f64)
+                .sum::<f64>()
+                / requests
+        })
+    }
+
+    /// `prometheus_client/metrics.py:193`: the top line that grew per request, its path cut
+    /// to its last two parts.
+    pub fn top_line(&self) -> Option<String> {
+        let requests = self.requests as f64;
+        self.top
+            .iter()
+            .find(|l| l.blocks as f64 >= TRACED_BLOCKS_PER_REQUEST * requests)
+            .map(|l| {
+                let parts: Vec<&str> = l.file.rsplit('/').take(2).collect();
+                let short: Vec<&str> = parts.into_iter().rev().collect();
+                format!("{}:{}", short.join("/"), l.line)
+            })
+    }
+}
+
 /// The agent's native trace over a window of requests (`POST {base}/native`, `leaklab.native/1`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Native {
@@ -716,6 +841,7 @@ mod tests {
             totals,
             holders,
             holders_omitted: 0,
+            heap: None,
         }
     }
 

@@ -9,7 +9,7 @@
 //! second; a per-request leak grows over both. The process tree, read process by process, says
 //! which process grew and whether the threads grew with the memory.
 
-use crate::agent::{CensusDiff, Collector};
+use crate::agent::{CensusDiff, Collector, PyTrace};
 pub use crate::thresholds::{
     GARBAGE_KEPT_SHARE, GIVEN_BACK_SHARE, PYTHON_SHARE, REPEAT_SHARE, SETTLED_GIVEN_BACK_SHARE,
     SETTLED_SHARE,
@@ -616,6 +616,31 @@ impl OwnerReading {
     }
 }
 
+/// Python objects that hold no tensor, where the agent's Python trace (tracemalloc over a window
+/// of requests) kept at least [`PYTHON_SHARE`] of what the memory grew a request: a native
+/// reading (the census found no tensor holding it) becomes Python, named by the line that
+/// allocated most of what was kept. Any other reading stands.
+pub fn python_objects(owner: OwnerReading, per_step: f64, trace: &PyTrace) -> OwnerReading {
+    let Some(kept) = trace.kept_per_request() else {
+        return owner;
+    };
+    if owner.owner != Owner::Native || per_step <= 0.0 || kept < PYTHON_SHARE * per_step {
+        return owner;
+    }
+    let line = trace.top_line().unwrap_or_else(|| "an unnamed line".into());
+    owner.instead(
+        Owner::Python,
+        format!(
+            "no tensor holds it, Python objects do: the agent's Python trace (tracemalloc, {} requests) kept {} of {} a request, most allocated at {line}",
+            trace.requests,
+            human_bytes(kept),
+            human_bytes(per_step)
+        ),
+        "Python objects kept for every request that hold no tensor (a registry's or a metric's entries per key, per-user state, handlers or records appended and never dropped): the tensor census cannot see them",
+        format!("stop keeping what {line} allocates for each request, or bound it (a cap on distinct keys, an LRU, a TTL)"),
+    )
+}
+
 /// The one rule for Python against native, for the scan, the watch and the plugin alike: Python
 /// owns a growth where the census's top holder grew and the census holds enough of what the
 /// memory grew ([`python_owns`]); tensors held from native code are not Python's; a disabled
@@ -832,6 +857,76 @@ mod tests {
         let mut config = NoisyConfig::new(0);
         config.quantum_bytes = crate::thresholds::HOST_NOISE_FLOOR;
         judge_noisy(&s, &config).unwrap()
+    }
+
+    #[test]
+    fn python_objects_the_trace_kept_make_a_native_reading_python_and_a_request_in_flight_does_not()
+    {
+        use crate::agent::TracedLine;
+        let native = || OwnerReading {
+            owner: Owner::Native,
+            holder: None,
+            census_share: Some(0.0),
+            words: "the census holds 0 B".into(),
+            mechanism: String::new(),
+            fix: String::new(),
+            findings: Vec::new(),
+        };
+        let line = |file: &str, bytes: i64, blocks: i64| TracedLine {
+            file: file.into(),
+            line: 25,
+            bytes,
+            blocks,
+        };
+        // The zoo's metrics_label_cardinality as read on 2026-12-07: 88 requests, 4.4 kB each
+        // in lines of ~30 blocks a request, against 6.5 kB a request of anonymous memory.
+        let trace = PyTrace {
+            requests: 88,
+            seconds: 1.0,
+            kept_bytes: 88 * 4_400,
+            kept_blocks: 88 * 30,
+            top: vec![line(
+                "/venv/prometheus_client/values.py",
+                88 * 4_400,
+                88 * 30,
+            )],
+            note: None,
+        };
+        let read = python_objects(native(), 6_530.0, &trace);
+        assert_eq!(read.owner, Owner::Python);
+        assert!(
+            read.words.contains("prometheus_client/values.py:25"),
+            "{}",
+            read.words
+        );
+        assert!(
+            read.fix.contains("prometheus_client/values.py:25"),
+            "{}",
+            read.fix
+        );
+        assert_eq!(
+            python_objects(native(), 100_000.0, &trace).owner,
+            Owner::Native,
+            "4.4 kB of 100 kB a request is beside the point"
+        );
+        // A request's input in flight at one snapshot: 1.34 MB in 2 blocks (onnxruntime_arena).
+        let in_flight = PyTrace {
+            top: vec![line("/zoo/onnxruntime_arena.py", 1_335_392, 2)],
+            ..trace.clone()
+        };
+        assert_eq!(
+            python_objects(native(), 6_530.0, &in_flight).owner,
+            Owner::Native
+        );
+        let python = OwnerReading {
+            owner: Owner::Python,
+            ..native()
+        };
+        assert_eq!(
+            python_objects(python.clone(), 6_530.0, &trace),
+            python,
+            "only a native reading changes"
+        );
     }
 
     #[test]
@@ -1109,6 +1204,7 @@ mod tests {
             total_graph_nodes: 0,
             census_seconds: (0.1, 0.1),
             notes: vec![],
+            heap: None,
         };
         let o = owner(&a, Some(&census), None);
         assert_eq!(o.owner, Owner::Native, "{}", o.words);
@@ -1228,6 +1324,7 @@ mod tests {
             total_graph_nodes: 0,
             census_seconds: (0.1, 0.1),
             notes: vec![],
+            heap: None,
         };
         let python = owner(&a, Some(&census(16_000)), None);
         assert_eq!(python.owner, Owner::Python);

@@ -7,7 +7,7 @@
 //! New signals are new fields with a default, so older recordings stay readable; a change of
 //! meaning is a new schema.
 
-use crate::agent::{CensusDiff, Collector, Native, Trim};
+use crate::agent::{CensusDiff, Collector, Native, PyTrace, Trim};
 use crate::diagnosis::Inputs;
 use crate::tree::TreeLook;
 use leaklab_detect::Sample;
@@ -89,6 +89,9 @@ pub struct Evidence {
     pub trim: Option<Trim>,
     #[serde(default)]
     pub native: Option<Native>,
+    /// The agent's Python trace (tracemalloc) over a window of requests after the looks inside.
+    #[serde(default)]
+    pub python_trace: Option<PyTrace>,
     /// Each series' level right after a full collection and `malloc_trim(0)` (the agent's trim
     /// probe), before the warm-up and after the judged requests.
     #[serde(default)]

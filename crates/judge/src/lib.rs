@@ -356,6 +356,9 @@ fn explain(
             owner.mechanism = format!("an unknown native holder: {line}");
         }
     }
+    if let Some(trace) = &evidence.python_trace {
+        owner = diagnosis::python_objects(owner, axis.judged.slope.bytes_per_request, trace);
+    }
     if let Some(t) = &evidence.trim {
         owner
             .findings
@@ -397,6 +400,7 @@ mod tests {
             collector: None,
             trim: None,
             native: None,
+            python_trace: None,
             collected: None,
             agents: Default::default(),
             worker_censuses: Default::default(),

@@ -70,6 +70,15 @@ pub const GARBAGE_KEPT_SHARE: f64 = 0.25;
 /// Set by CPython's default, not by a statistic.
 pub const FULL_COLLECTION_THRESHOLD: u64 = 10;
 
+/// The fewest blocks a line of the agent's Python trace must have gained a request for its bytes
+/// to count as kept by every request: a per-request growth gains at least one block a request
+/// (every object is one), while a request in flight at one snapshot and not the other, or a
+/// container's table resized, is a block or two in the whole window (the zoo's
+/// onnxruntime_arena: 1.34 MB in 2 blocks over 80 requests, a request's input array). Set by
+/// hand from the zoo's readings of 2026-12-07 (28 variants), not from the corpus (its
+/// recordings have no agent): between 2 blocks a window and one a request.
+pub const TRACED_BLOCKS_PER_REQUEST: f64 = 0.25;
+
 /// The smallest share of the growth a census must hold for the owner to be Python: a holder
 /// of less than a quarter is beside the point (the rest is elsewhere).
 pub const PYTHON_SHARE: f64 = 0.25;

@@ -801,6 +801,9 @@ fn scan_variant(
         "--agent".into(),
         format!("{}/debug/leaklab", service.base),
         "--trim".into(),
+        // Its Python trace (allowed by the zoo's serve) tells Python objects that hold no
+        // tensor from native memory, where the census finds no tensor growing.
+        "--python-trace".into(),
     ]);
     // A stuck entry must not hold CI: the scan keeps what it measured and says it stopped.
     if !entry.budget.iter().any(|a| a == "--time-limit") {

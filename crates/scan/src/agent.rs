@@ -171,6 +171,15 @@ pub async fn trim(client: &reqwest::Client, base: &str) -> Result<Trim> {
     Ok(trim)
 }
 
+/// `POST {base}/pytrace?requests=N` (opt-in: `python_trace_max_seconds`, whose ceiling bounds
+/// the window): answers when the window ends, so the caller drives its requests meanwhile.
+pub async fn pytrace(client: &reqwest::Client, base: &str, requests: usize) -> Result<PyTrace> {
+    let url = format!("{}/pytrace?requests={requests}", base.trim_end_matches('/'));
+    let value = route(client, reqwest::Method::POST, &url).await?;
+    serde_json::from_value(value)
+        .map_err(|e| anyhow::anyhow!("{url}: a malformed Python trace: {e}"))
+}
+
 /// `POST {base}/native?requests=N[&seconds=S]` (opt-in: `native_max_seconds`; `seconds` 0:
 /// the owner's ceiling): answers when the window ends, so the caller drives the window's
 /// requests meanwhile.

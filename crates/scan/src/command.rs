@@ -51,6 +51,8 @@ pub struct ScanCommand {
     pub collect: bool,
     /// With the agent: its native allocation trace over a window of requests (`POST native`).
     pub native: bool,
+    /// With the agent: its Python trace over a window of requests (`POST pytrace`).
+    pub python_trace: bool,
 }
 
 impl ScanCommand {
@@ -128,6 +130,7 @@ pub fn run(cmd: ScanCommand) -> Result<ScanReport> {
         trim: cmd.trim,
         collect: cmd.collect,
         native: cmd.native,
+        python_trace: cmd.python_trace,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -156,6 +156,10 @@ pub struct ScanOptions {
     /// With the agent: its native allocation trace (`POST native`, opt-in by the service's
     /// owner, memray) over a window of new requests after the looks inside.
     pub native: bool,
+    /// With the agent: its Python trace (`POST pytrace`, opt-in by the service's owner,
+    /// tracemalloc) over a window of new requests after the looks inside: Python objects that
+    /// hold no tensor.
+    pub python_trace: bool,
 }
 
 pub use leaklab_report::Outcome;
@@ -220,6 +224,9 @@ pub struct Explained {
     /// The agent's native trace, where `--native` asked for it.
     #[serde(default)]
     pub native: Option<agent::Native>,
+    /// The agent's Python trace, where `--python-trace` asked for it.
+    #[serde(default)]
+    pub python_trace: Option<agent::PyTrace>,
     /// With `--trim`: each series right after a full collection before the warm-up and after
     /// the judged requests.
     #[serde(default)]
@@ -509,14 +516,20 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             )
             .await;
         }
+        if options.python_trace {
+            explained.python_trace = python_window(
+                options, &client, base, &mut state, &mut sent, started, &progress,
+            )
+            .await;
+        }
         if options.trim {
             match agent::trim(&client, base).await {
                 Ok(t) => explained.trim = Some(t),
                 Err(e) => state.notes.push(format!("no trim probe: {e:#}")),
             }
         }
-    } else if options.trim || options.native {
-        state.notes.push("--trim and --native ask the agent inside the service: give --agent too (docs/agent.md)".into());
+    } else if options.trim || options.native || options.python_trace {
+        state.notes.push("--trim, --native and --python-trace ask the agent inside the service: give --agent too (docs/agent.md)".into());
     }
     // Everything measured, handed to the judge as one document, and kept beside the report.
     let evidence = Evidence {
@@ -538,6 +551,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         collector: explained.collector.clone(),
         trim: explained.trim.clone(),
         native: explained.native.clone(),
+        python_trace: explained.python_trace.clone(),
         collected,
         agents,
         worker_censuses,
@@ -573,6 +587,50 @@ fn inputs_of(target: &Target, sent: usize) -> diagnosis::Inputs {
         diagnosis::Inputs::Same
     } else {
         diagnosis::Inputs::Cycled
+    }
+}
+
+/// The agent's Python trace over a window of new requests, driven meanwhile (not judged), as
+/// long as the native trace's; a refusal (the owner did not opt in) is a note.
+async fn python_window(
+    options: &ScanOptions,
+    client: &reqwest::Client,
+    base: &str,
+    state: &mut State,
+    sent: &mut usize,
+    started: Instant,
+    progress: &Progress,
+) -> Option<agent::PyTrace> {
+    let requests = NATIVE_REQUESTS.min(options.requests.max(20));
+    let trace = {
+        let (client, base) = (client.clone(), base.to_string());
+        tokio::spawn(async move { agent::pytrace(&client, &base, requests).await })
+    };
+    // tracemalloc starts in the service's thread: a moment before the window's requests.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = *sent + requests + requests / 4;
+    progress.bar.set_length(last as u64);
+    progress
+        .bar
+        .set_message("the agent's Python trace (not judged)");
+    if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
+        state.notes.push(note);
+    }
+    match trace.await {
+        Ok(Ok(trace)) => {
+            if let Some(note) = &trace.note {
+                state.notes.push(format!("the Python trace: {note}"));
+            }
+            Some(trace)
+        }
+        Ok(Err(e)) => {
+            state.notes.push(format!("no Python trace: {e:#}"));
+            None
+        }
+        Err(e) => {
+            state.notes.push(format!("no Python trace: {e}"));
+            None
+        }
     }
 }
 
@@ -826,6 +884,7 @@ impl State {
             collector: None,
             trim: None,
             native: None,
+            python_trace: None,
             collected: None,
             agents: BTreeMap::new(),
             worker_censuses: BTreeMap::new(),

@@ -104,6 +104,7 @@ impl Recording {
                 collector: e.collector.clone(),
                 trim: e.trim.clone(),
                 native: e.native.clone(),
+                python_trace: e.python_trace.clone(),
                 collected: e.collected.clone(),
             },
             recording: Some(self),

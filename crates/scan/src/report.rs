@@ -122,6 +122,23 @@ impl ScanReport {
             ));
             out.extend(native.stack_lines(5).into_iter().map(|l| format!("  {l}")));
         }
+        if let Some(t) = &self.explained.python_trace {
+            out.push(format!(
+                "The agent's Python trace ({} requests, {:.1} s): {} kept; top lines:",
+                t.requests,
+                t.seconds,
+                human_bytes(t.kept_bytes as f64)
+            ));
+            out.extend(t.top.iter().take(5).map(|l| {
+                format!(
+                    "  {} at {}:{} ({} blocks)",
+                    human_bytes(l.bytes as f64),
+                    l.file,
+                    l.line,
+                    l.blocks
+                )
+            }));
+        }
         out
     }
 
@@ -205,6 +222,12 @@ impl ScanReport {
             parts.push(format!(
                 "those of the native trace ({} counted)",
                 n.requests
+            ));
+        }
+        if let Some(t) = &self.explained.python_trace {
+            parts.push(format!(
+                "those of the Python trace ({} counted)",
+                t.requests
             ));
         }
         let last = parts.pop().unwrap_or_default();

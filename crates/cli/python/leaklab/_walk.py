@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import array
+import collections
 import functools
 import gc
 import itertools
@@ -36,26 +37,32 @@ __all__ = ["CACHE", "listed_tensors", "roots", "walk"]
 CACHE: type = type(functools.lru_cache(maxsize=1)(len))
 
 
-def listed_tensors(kinds: set[type], bounds: Bounds) -> tuple[list[Any], int]:
-    """The tensors among the objects the collector lists, and how many objects it listed.
+def listed_tensors(kinds: set[type], bounds: Bounds) -> tuple[list[Any], int, collections.Counter[type]]:
+    """The tensors among the objects the collector lists, how many objects it listed, and how
+    many of each type: Python objects that hold no tensor (a registry's entries, per-user
+    state, handlers) grow there, where no tensor census looks.
 
     ``kinds`` is every tensor type there is (subclasses register with their bases): a set
-    lookup per object, in C, never the object's own (possibly overridden) ``__class__``.
-    ``gc.get_objects()`` is one C call (7 to 23 ms at a million objects here): the longest
-    stretch the census holds the GIL. The list is read and dropped in slices.
+    lookup per object, in C, never the object's own (possibly overridden) ``__class__``; the
+    types are counted in C too (``Counter.update``). ``gc.get_objects()`` is one C call (7 to
+    23 ms at a million objects here): the longest stretch the census holds the GIL. The list is
+    read and dropped in slices.
     """
     objs = gc.get_objects()  # not the objects gc.freeze() moved aside: the walk finds those
     objects = len(objs)
     tensors: list[Any] = []
+    counts: collections.Counter[type] = collections.Counter()
     check = kinds.__contains__
     for start in range(0, objects, SLICE):
         part = objs[start : start + SLICE]
-        tensors.extend(itertools.compress(part, map(check, map(type, part))))
-        del part
+        classes = list(map(type, part))
+        tensors.extend(itertools.compress(part, map(check, classes)))
+        counts.update(classes)
+        del part, classes
         if bounds.up(f"{start + SLICE:,} of {objects:,} objects were searched for tensors"):
             break
     bounds.release(objs)
-    return tensors, objects
+    return tensors, objects, counts
 
 
 def roots() -> tuple[list[Any], array.array[int], dict[int, Label]]:

@@ -22,6 +22,9 @@ lifespan and websocket scope, to ``app`` untouched; on that path it does nothing
   (``max_entries`` up to ``history_max_entries``). One snapshot or history change at a time.
 - ``POST native`` (where the owner passed ``native_max_seconds``): memray's native allocation
   trace over a window of ``seconds`` or ``requests`` (:mod:`leaklab.native`).
+- ``POST pytrace`` (where the owner passed ``python_trace_max_seconds``): the standard library's
+  ``tracemalloc`` over a window of ``seconds`` or ``requests``: what Python objects the window
+  allocated and left alive, by line (:mod:`leaklab.pytrace`), where no tensor holds the memory.
 - ``POST trim`` (where the owner passed ``allow_trim=True``): ``malloc_trim(0)``, ``gc.collect()``,
   ``malloc_trim(0)`` again, what each gave back measured apart (:func:`leaklab._process.trim`).
 
@@ -73,6 +76,8 @@ from leaklab.census import SCHEMA as CENSUS_SCHEMA
 from leaklab.census import CensusError, Totals, census
 from leaklab.native import SCHEMA as NATIVE_SCHEMA
 from leaklab.native import trace_for
+from leaklab.pytrace import SCHEMA as PYTRACE_SCHEMA
+from leaklab.pytrace import trace_for as python_trace_for
 
 __all__ = [
     "CudaDevice",
@@ -225,6 +230,9 @@ class LeaklabDebug:
       would start after ``census_max_seconds`` skipped. It changes the process: opt in.
     - ``native_max_seconds``: serve ``POST native`` (0: off), memray's native allocation trace
       over a window up to this long (``?seconds=``, a ceiling; ``?requests=`` closes it sooner).
+    - ``python_trace_max_seconds``: serve ``POST pytrace`` (0: off), tracemalloc over a window up
+      to this long (``?seconds=``, a ceiling; ``?requests=`` closes it sooner): each allocation
+      of the window is slower while it traces, so its owner opts in.
     - ``workers_dir``: a folder the server's workers share (default: ``LEAKLAB_WORKERS_DIR``, else
       off): each worker writes its counts and memory there every ``workers_period`` seconds
       (0.5), from a thread, once it has served (a lifespan or a request), and ``stats`` sums the
@@ -249,6 +257,7 @@ class LeaklabDebug:
         snapshot_max_bytes: int = 1 << 30,
         allow_trim: bool = False,
         native_max_seconds: float = 0.0,
+        python_trace_max_seconds: float = 0.0,
         workers_dir: str | None = None,
         workers_period: float = 0.5,
     ) -> None:
@@ -273,6 +282,8 @@ class LeaklabDebug:
         self._allow_trim = bool(allow_trim)
         _check_range("native_max_seconds", native_max_seconds, 0.0, _MAX_SECONDS)
         self._native_max_seconds = float(native_max_seconds)  # 0: the native trace is off
+        _check_range("python_trace_max_seconds", python_trace_max_seconds, 0.0, _MAX_SECONDS)
+        self._python_trace_max_seconds = float(python_trace_max_seconds)  # 0: off
         # Plain integers, counted on the event loop's thread: one increment each per request.
         self.started = self.answered = 0
         self._census_lock = threading.Lock()  # one census or trim at a time
@@ -288,6 +299,7 @@ class LeaklabDebug:
             "history": {"GET": self._history_state, "POST": self._history_start, "DELETE": self._history_stop},
             "trim": {"POST": self._trim},
             "native": {"POST": self._native},
+            "pytrace": {"POST": self._pytrace},
         }
         _check_range("workers_period", workers_period, 0.0, 60.0, exclusive_low=True)
         self._serving = False  # set by the first lifespan scope: a worker, not a preloading master
@@ -427,6 +439,8 @@ class LeaklabDebug:
                 f"DELETE {p}/history": "stop recording it",
                 f"POST {p}/native": f"a native allocation trace ({NATIVE_SCHEMA}); options seconds, requests, top; "
                 "opt-in: native_max_seconds",
+                f"POST {p}/pytrace": f"a Python allocation trace, tracemalloc ({PYTRACE_SCHEMA}); options seconds, "
+                "requests, top; opt-in: python_trace_max_seconds",
                 f"POST {p}/trim": f"malloc_trim(0), gc.collect(), malloc_trim(0) ({TRIM_SCHEMA}); opt-in: allow_trim",
             },
         )
@@ -505,6 +519,32 @@ class LeaklabDebug:
         doc = await _in_thread(
             lambda: trace_for(
                 seconds, max_seconds=self._native_max_seconds, requests=requests, counter=lambda: self.answered, top=top
+            )
+        )
+        return 200, _json(doc), _JSON, []
+
+    async def _pytrace(self, query: dict[str, str]) -> _Response:
+        if not self._python_trace_max_seconds:
+            raise _Answer(
+                409,
+                "the Python trace is off: it runs tracemalloc in this process for a window, so its owner "
+                "opts in with LeaklabDebug(app, python_trace_max_seconds=30)",
+            )
+        spec: dict[str, _Spec] = {
+            "seconds": (float, 0.0, self._python_trace_max_seconds, True),
+            "requests": (int, 1, 1_000_000_000, False),
+            "top": (int, 0, 1000, False),
+        }
+        opts = _options(query, spec, ceilings=("seconds",))
+        seconds, top = float(opts.get("seconds", self._python_trace_max_seconds)), int(opts.get("top", 10))
+        requests = int(opts["requests"]) if "requests" in opts else None
+        doc = await _in_thread(
+            lambda: python_trace_for(
+                seconds,
+                max_seconds=self._python_trace_max_seconds,
+                requests=requests,
+                counter=lambda: self.answered,
+                top=top,
             )
         )
         return 200, _json(doc), _JSON, []

@@ -120,6 +120,19 @@ class Phases(TypedDict):
     graphs: float  #: the autograd graphs
 
 
+class Heap(TypedDict):
+    """Python's own heap beside the tensors: what grows where no tensor does."""
+
+    blocks: int  #: ``sys.getallocatedblocks()``: pymalloc blocks in use (every small object, tracked or not)
+    #: gc-tracked objects by type (``module.qualname``), the most numerous first, at most :data:`TYPES_KEPT`
+    types: dict[str, int]
+
+
+#: Types a census keeps in ``heap.types``: the most numerous (a type that grows a request is
+#: among them within a few hundred requests).
+TYPES_KEPT = 300
+
+
 class CensusDoc(TypedDict):
     """``GET /debug/leaklab/tensors`` and :func:`census`: the document the ``leaklab`` binary reads."""
 
@@ -143,6 +156,7 @@ class CensusDoc(TypedDict):
     holders_omitted: int  #: holders left out by ``top`` (their bytes are still in ``totals``)
     collector: CollectorState  #: the collector as the process had it (where it is off, cycles are never freed)
     threads: ThreadsState  #: Python and OS threads alive when it started
+    heap: Heap  #: Python's own heap: pymalloc blocks and objects by type
 
 
 class Growth(TypedDict):
@@ -239,6 +253,12 @@ def census(*, max_seconds: float = 10.0, max_depth: int = 1000, top: int = 0) ->
     finally:
         if enabled:
             gc.enable()
+
+
+def _type_name(t: type) -> str:
+    """``module.qualname`` of a type, read from the type (a class's own attributes, not its
+    instances' code)."""
+    return f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', t.__name__)}"
 
 
 def _gil_enabled() -> bool:
@@ -356,7 +376,10 @@ class _Census:
 
         # 1: the objects, and the tensors among them.
         kinds = subclasses(self.tensor_type)
-        tensors, objects = listed_tensors(kinds, bounds)
+        blocks = sys.getallocatedblocks()
+        tensors, objects, counts = listed_tensors(kinds, bounds)
+        heap = Heap(blocks=blocks, types={_type_name(t): n for t, n in counts.most_common(TYPES_KEPT)})
+        del counts
         lap("objects")
 
         # 2: the walk.
@@ -433,6 +456,7 @@ class _Census:
             holders_omitted=len(docs) - len(kept),
             collector=collector,
             threads=threads,
+            heap=heap,
         )
 
     @staticmethod

@@ -332,6 +332,7 @@ mod tests {
             total_graph_nodes: 0,
             census_seconds: (0.4, 0.4),
             notes: vec![],
+            heap: None,
         }
     }
 
