@@ -170,7 +170,6 @@ zoo_tests! {
     exceptions_kept,
     forward_hook,
     gc_disabled_cycles,
-    lstm_threadpool_openmp,
     malloc_retention,
     metrics_label_cardinality,
     nograd_threadpool,
