@@ -203,6 +203,8 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("onnx", "onnx==1.23.2"),
     // The zoo's tokenizer_growth entry: a BPE tokenizer trained in code.
     ("tokenizers", "tokenizers==0.22.2"),
+    // The zoo's logging_handler_per_client entry: the SDK at the version of its report.
+    ("paddle_billing", "paddle-python-sdk==1.10.0"),
     // The agent's native trace (leaklab[native]) and its tests.
     ("memray", "memray==1.20.0"),
 ];

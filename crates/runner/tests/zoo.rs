@@ -170,6 +170,7 @@ zoo_tests! {
     exceptions_kept,
     forward_hook,
     gc_disabled_cycles,
+    logging_handler_per_client,
     malloc_retention,
     metrics_label_cardinality,
     nograd_threadpool,
