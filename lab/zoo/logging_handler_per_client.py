@@ -34,6 +34,15 @@ PREDICTION (written before any measurement, in the commit that adds this module)
   ~30 sub-clients and a requests Session (garbage in cycles the collector frees): the leak may
   be read as a pass. Such a reading is a miss, declared here, shown as a miss.
 - Fixed: PASS, flat (the clients are freed; no handler added). Axis none, owner none.
+
+MEASURED (added after the runs; the prediction above is kept as written, in d148ef0): three runs
+(`leaklab-lab run-lab --zoo --only logging_handler_per_client`, 2026-12-07, 2 cores): leaky
+FAIL 3 of 3, anonymous memory 667-669 B ± 205 B a request over 2,000 judged requests, per
+request, owner Python: the Python trace kept 558-672 B a request (76-87 requests), most at
+paddle_billing/Client.py:105 (``null_logger.addHandler(NullHandler())``, 2 blocks a request),
+then threading.py:101 (the handler's lock) and _weakrefset.py:88 (logging's weak reference);
+fixed PASS 3 of 3, plateau, 106-111 B ± 205 B a request. As predicted; the declared miss did
+not happen in these runs.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
@@ -59,9 +68,9 @@ ENTRY = Entry(
     known_miss="half a kilobyte a request (a handler, its lock, a weak reference) is near what "
     "the scan can prove over 2,000 judged requests beside each request's garbage (a client of "
     "~30 sub-clients and a Session in cycles): the leaky twin may read as a pass",
-    known_miss_since="this commit",
+    known_miss_since="d148ef0",
     budget=("--capacity", "1GiB", "--rate", "20", "--fail-if-oom-within", "7d"),
-    predicted_in="this commit",
+    predicted_in="d148ef0",
     predicted_after_measuring=False,
     inputs="same",
     requests=2000,
