@@ -67,6 +67,15 @@ ENTRY = Entry(
     must_pass=False,
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
+    # Declared after a full `cargo xtask run-lab --zoo` on 2026-12-07 read the leaky twin as a
+    # plateau once (1 of 5 runs that day): anonymous memory rose 85 kB a request for its first
+    # 150 judged requests, then 40 kB a request (the leak alone; the trim probe gave back
+    # 12.89 MB, the allocator's own growth of the first half), and the detector calls a tail
+    # under half the whole slope "stopped".
+    known_miss="a leak whose first requests also grow the allocator's free memory can slow to "
+    "the leak's own rate within the judged requests; a tail slope under half the whole window's "
+    "reads as a plateau (60.94 kB +- 22.54 kB a request, +10.74 MB, then +40 kB a request on)",
+    known_miss_since="",
     budget=("--capacity", "8GiB", "--rate", "5", "--fail-if-oom-within", "2d"),
     predicted_in="1195aaa",
     predicted_after_measuring=True,
