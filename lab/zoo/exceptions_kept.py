@@ -75,7 +75,7 @@ ENTRY = Entry(
     known_miss="a leak whose first requests also grow the allocator's free memory can slow to "
     "the leak's own rate within the judged requests; a tail slope under half the whole window's "
     "reads as a plateau (60.94 kB +- 22.54 kB a request, +10.74 MB, then +40 kB a request on)",
-    known_miss_since="",
+    known_miss_since="6dcab65",
     budget=("--capacity", "8GiB", "--rate", "5", "--fail-if-oom-within", "2d"),
     predicted_in="1195aaa",
     predicted_after_measuring=True,
