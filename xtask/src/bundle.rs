@@ -205,7 +205,25 @@ fn assemble(out: &Path, bins: &Path, gpu_tests: &Path, profile: Profile) -> Resu
 /// host may have no pytest and no network. For Python 3.10 too, the oldest torch 2.11 runs on,
 /// which also needs exceptiongroup and tomli (never imported on 3.11 and later).
 fn vendor_pytest(torch: &Torch, dir: &Path) -> Result<()> {
-    let mut pip = torch.python_command("vendoring pytest into the device bundle")?;
+    pip_target(
+        torch,
+        "pytest",
+        &["--python-version", "3.10"],
+        dir,
+        ["pytest", "exceptiongroup", "tomli"],
+    )
+}
+
+/// `pip install --target dir` of binary wheels only, for the GPU host's Python as `host` says
+/// (`--python-version`, and `--platform` where a wheel is compiled), without bytecode.
+fn pip_target<'a>(
+    torch: &Torch,
+    what: &str,
+    host: &[&str],
+    dir: &Path,
+    packages: impl IntoIterator<Item = &'a str>,
+) -> Result<()> {
+    let mut pip = torch.python_command(&format!("vendoring {what} into the device bundle"))?;
     pip.args([
         "-m",
         "pip",
@@ -214,13 +232,13 @@ fn vendor_pytest(torch: &Torch, dir: &Path) -> Result<()> {
         "--disable-pip-version-check",
         "--no-compile",
         "--only-binary=:all:",
-        "--python-version",
-        "3.10",
-        "--target",
     ])
+    .args(host)
+    .arg("--target")
     .arg(dir)
-    .args(["pytest", "exceptiongroup", "tomli"]);
-    run_cmd(pip).context("cannot vendor pytest into the bundle (PyPI must be reachable)")
+    .args(packages);
+    run_cmd(pip)
+        .with_context(|| format!("cannot vendor {what} into the bundle (PyPI must be reachable)"))
 }
 
 /// The zoo's CUDA-only causes (`device="cuda"` in their `ENTRY`), by name: the ones CPU runs
@@ -267,29 +285,22 @@ pub fn vendor_zoo(torch: &Torch, python_version: &str, dir: &Path, zip: &Path) -
     // Staged beside the zip, split, then removed (before the bundle is measured).
     let staged = zip.with_extension("staging");
     let _ = std::fs::remove_dir_all(&staged);
-    let mut pip = torch.python_command("vendoring the zoo's web stack into the device bundle")?;
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-        "--only-binary=:all:",
-        "--python-version",
-        python_version,
-        "--implementation",
-        "cp",
-        "--platform",
-        "manylinux_2_17_x86_64",
-        "--platform",
-        "manylinux2014_x86_64",
-        "--target",
-    ])
-    .arg(&staged)
-    .args(pins.split_whitespace());
-    run_cmd(pip)
-        .context("cannot vendor FastAPI and uvicorn into the bundle (PyPI must be reachable)")?;
+    pip_target(
+        torch,
+        "FastAPI and uvicorn",
+        &[
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+        ],
+        &staged,
+        pins.split_whitespace(),
+    )?;
     std::fs::create_dir_all(dir)?;
     for entry in std::fs::read_dir(&staged)? {
         let entry = entry?;

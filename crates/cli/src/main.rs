@@ -298,7 +298,8 @@ struct ScanArgs {
     /// The whole scan's longest run, e.g. 10m; what was measured is kept.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, help_heading = "Requests")]
     time_limit: std::time::Duration,
-    /// Stop when more than this share of the answers are errors.
+    /// Stop when more than this share of the answers are errors (of all, or of those since
+    /// the first error: a target that began failing part-way and kept failing).
     #[arg(long, default_value_t = 0.5, help_heading = "Requests")]
     max_error_ratio: f64,
     #[command(flatten, next_help_heading = "Connection: TLS, credentials, headers")]

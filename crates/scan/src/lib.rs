@@ -511,14 +511,26 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .push(format!("no process state from the agent's /stats: {e:#}")),
         }
         if options.native {
-            explained.native = native_window(
-                options, &client, base, &mut state, &mut sent, started, &progress,
+            let (asking, base) = (client.clone(), base.clone());
+            let trace = Trace {
+                what: "native",
+                ask: |requests| async move { agent::native(&asking, &base, requests, 0.0).await },
+                note: |t: &agent::Native| t.note.as_ref(),
+            };
+            explained.native = trace_window(
+                options, &client, &mut state, &mut sent, started, &progress, trace,
             )
             .await;
         }
         if options.python_trace {
-            explained.python_trace = python_window(
-                options, &client, base, &mut state, &mut sent, started, &progress,
+            let (asking, base) = (client.clone(), base.clone());
+            let trace = Trace {
+                what: "Python",
+                ask: |requests| async move { agent::pytrace(&asking, &base, requests).await },
+                note: |t: &agent::PyTrace| t.note.as_ref(),
+            };
+            explained.python_trace = trace_window(
+                options, &client, &mut state, &mut sent, started, &progress, trace,
             )
             .await;
         }
@@ -590,93 +602,62 @@ fn inputs_of(target: &Target, sent: usize) -> diagnosis::Inputs {
     }
 }
 
-/// The agent's Python trace over a window of new requests, driven meanwhile (not judged), as
-/// long as the native trace's; a refusal (the owner did not opt in) is a note.
-async fn python_window(
-    options: &ScanOptions,
-    client: &reqwest::Client,
-    base: &str,
-    state: &mut State,
-    sent: &mut usize,
-    started: Instant,
-    progress: &Progress,
-) -> Option<agent::PyTrace> {
-    let requests = NATIVE_REQUESTS.min(options.requests.max(20));
-    let trace = {
-        let (client, base) = (client.clone(), base.to_string());
-        tokio::spawn(async move { agent::pytrace(&client, &base, requests).await })
-    };
-    // tracemalloc starts in the service's thread: a moment before the window's requests.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let last = *sent + requests + requests / 4;
-    progress.bar.set_length(last as u64);
-    progress
-        .bar
-        .set_message("the agent's Python trace (not judged)");
-    if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
-        state.notes.push(note);
-    }
-    match trace.await {
-        Ok(Ok(trace)) => {
-            if let Some(note) = &trace.note {
-                state.notes.push(format!("the Python trace: {note}"));
-            }
-            Some(trace)
-        }
-        Ok(Err(e)) => {
-            state.notes.push(format!("no Python trace: {e:#}"));
-            None
-        }
-        Err(e) => {
-            state.notes.push(format!("no Python trace: {e}"));
-            None
-        }
-    }
+/// Requests a trace's window spans: enough for a cache's growth to show, few enough for
+/// memray's capture to stay small (200 conv requests: 1.4 s traced, docs/agent.md).
+const TRACE_REQUESTS: usize = 100;
+
+/// One of the agent's traces, to ask over a window of requests.
+struct Trace<Ask, T> {
+    /// "native", "Python": in the progress line and the notes.
+    what: &'static str,
+    /// Starts it in the service, for a window of this many requests; answers when it closes.
+    ask: Ask,
+    /// What the trace itself noted (memray missing, tracing already on).
+    note: fn(&T) -> Option<&String>,
 }
 
-/// Requests the native trace's window spans: enough for a cache's growth to show, few enough
-/// for memray's capture to stay small (200 conv requests: 1.4 s traced, docs/agent.md).
-const NATIVE_REQUESTS: usize = 100;
-
-/// The agent's native trace over a window of new requests, driven meanwhile (not judged); a
-/// refusal (the owner did not opt in, memray missing) is a note.
-async fn native_window(
+/// One of the agent's traces over a window of new requests, driven meanwhile (not judged). A
+/// refusal (the owner did not opt in, memray missing) is a note, as is what the trace noted.
+async fn trace_window<T, Ask, Asked>(
     options: &ScanOptions,
     client: &reqwest::Client,
-    base: &str,
     state: &mut State,
     sent: &mut usize,
     started: Instant,
     progress: &Progress,
-) -> Option<agent::Native> {
-    let requests = NATIVE_REQUESTS.min(options.requests.max(20));
-    let trace = {
-        let (client, base) = (client.clone(), base.to_string());
-        tokio::spawn(async move { agent::native(&client, &base, requests, 0.0).await })
-    };
+    trace: Trace<Ask, T>,
+) -> Option<T>
+where
+    Ask: FnOnce(usize) -> Asked,
+    Asked: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let what = trace.what;
+    let requests = TRACE_REQUESTS.min(options.requests.max(20));
+    let asked = tokio::spawn((trace.ask)(requests));
     // The tracer starts in the service's thread: a moment before the window's requests.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let last = *sent + requests + requests / 4;
     progress.bar.set_length(last as u64);
     progress
         .bar
-        .set_message("the agent's native trace (not judged)");
+        .set_message(format!("the agent's {what} trace (not judged)"));
     if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
         state.notes.push(note);
     }
-    match trace.await {
-        Ok(Ok(native)) => {
-            if let Some(note) = &native.note {
-                state.notes.push(format!("the native trace: {note}"));
+    match asked.await {
+        Ok(Ok(traced)) => {
+            if let Some(said) = (trace.note)(&traced) {
+                state.notes.push(format!("the {what} trace: {said}"));
             }
-            Some(native)
+            Some(traced)
         }
         Ok(Err(e)) => {
-            state.notes.push(format!("no native trace: {e:#}"));
+            state.notes.push(format!("no {what} trace: {e:#}"));
             None
         }
         Err(e) => {
-            state.notes.push(format!("no native trace: {e}"));
+            state.notes.push(format!("no {what} trace: {e}"));
             None
         }
     }
@@ -828,6 +809,8 @@ struct State {
     first_error: Option<(u16, Vec<u8>)>,
     /// The first request whose answer was an error (a status or a transport error).
     first_error_at: Option<u64>,
+    /// Answers counted when the first error answer came (`answered` then).
+    answered_at_first_error: Option<usize>,
     /// The last request after which the signals were read, where all of them stopped.
     signals_lost_after: Option<u64>,
     /// The scan stopped because the target failed: too many errors, or nothing left to read.
@@ -925,6 +908,7 @@ impl State {
             })
         ) {
             self.first_error_at = Some(self.first_error_at.map_or(index, |e| e.min(index)));
+            self.answered_at_first_error.get_or_insert(self.answered);
         }
         match result {
             Ok(Answer {
@@ -1061,10 +1045,17 @@ async fn drive(
         }
         progress.bar.inc(1);
         let errors: usize = state.errors.values().sum();
-        if stop.is_none()
-            && state.answered >= 20
-            && errors as f64 > options.max_error_ratio * state.answered as f64
-        {
+        // Failing: more than the ratio of all answers were errors, or of the answers since
+        // the first error (a target that began failing part-way and kept failing is failing,
+        // however many good answers came before: 180 errors in the last 180 of 420 answers
+        // read PASS before this rule, in a fresh clone's CI, 2026-12-07).
+        let since = state
+            .answered_at_first_error
+            .map_or(0, |at| state.answered + 1 - at);
+        let failing = |errors: usize, answers: usize| {
+            answers >= 20 && errors as f64 > options.max_error_ratio * answers as f64
+        };
+        if stop.is_none() && (failing(errors, state.answered) || failing(errors, since)) {
             stop = Some(format!("{errors} of {} answers were errors ({:?}): the target is failing; the scan stopped and kept what it measured", state.answered, state.errors));
             state.target_failed = true;
         }
