@@ -34,6 +34,7 @@ VARIANTS: tuple[Variant, ...] = ("leaky", "fixed")
 # other-process  a child process grows while the service process stays flat
 # bounded        grows, then stops at a capacity (a cache with a cap)
 # given-back     grows and holds, but the allocator returns it when asked (malloc_trim)
+# garbage        grows between the collector's full collections, which free it (cycles)
 # none           nothing grows
 Axis = Literal[
     "per-request",
@@ -42,6 +43,7 @@ Axis = Literal[
     "other-process",
     "bounded",
     "given-back",
+    "garbage",
     "none",
 ]
 

@@ -64,6 +64,7 @@ impl Axis {
             // Only the trim probe's answer: a judged window that read nothing growing is a
             // miss (see `Reading`), not memory given back.
             Axis::GivenBack => measured == MeasuredAxis::GivenBack,
+            Axis::Garbage => measured == MeasuredAxis::Garbage,
             Axis::None => measured == MeasuredAxis::None,
         }
     }
@@ -163,6 +164,8 @@ pub enum Axis {
     OtherProcess,
     Bounded,
     GivenBack,
+    /// Grows between the collector's full collections, which free it (`--collect` measures it).
+    Garbage,
     None,
 }
 
