@@ -176,7 +176,6 @@ zoo_tests! {
     nograd_threadpool,
     onednn_cache,
     onnxruntime_arena,
-    profiler_per_request,
     shape_cache_capped,
     thread_per_request,
     tokenizer_growth,
