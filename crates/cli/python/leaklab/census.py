@@ -47,7 +47,7 @@ from typing import Any, TypedDict
 from leaklab._bounds import CHECK_EVERY, Bounds
 from leaklab._naming import ITEM, Entry, Namer
 from leaklab._process import CollectorState, ThreadsState, collector_state, threads_state
-from leaklab._reflect import subclasses
+from leaklab._reflect import class_name, subclasses
 from leaklab._storage import device_name, graph_nodes, nbytes, saved_tensors, storages
 from leaklab._unreached import Unreached
 from leaklab._walk import listed_tensors, roots, walk
@@ -124,7 +124,8 @@ class Heap(TypedDict):
     """Python's own heap beside the tensors: what grows where no tensor does."""
 
     blocks: int  #: ``sys.getallocatedblocks()``: pymalloc blocks in use (every small object, tracked or not)
-    #: gc-tracked objects by type (``module.qualname``), the most numerous first, at most :data:`TYPES_KEPT`
+    #: gc-tracked objects by type (``module.qualname``, read from the type without running its
+    #: code; builtins bare), the most numerous first, at most :data:`TYPES_KEPT`
     types: dict[str, int]
 
 
@@ -255,12 +256,6 @@ def census(*, max_seconds: float = 10.0, max_depth: int = 1000, top: int = 0) ->
             gc.enable()
 
 
-def _type_name(t: type) -> str:
-    """``module.qualname`` of a type, read from the type (a class's own attributes, not its
-    instances' code)."""
-    return f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', t.__name__)}"
-
-
 def _gil_enabled() -> bool:
     """False on free-threaded CPython (3.13t and later) running with the GIL off."""
     is_enabled = getattr(sys, "_is_gil_enabled", None)
@@ -378,7 +373,7 @@ class _Census:
         kinds = subclasses(self.tensor_type)
         blocks = sys.getallocatedblocks()
         tensors, objects, counts = listed_tensors(kinds, bounds)
-        heap = Heap(blocks=blocks, types={_type_name(t): n for t, n in counts.most_common(TYPES_KEPT)})
+        heap = Heap(blocks=blocks, types={class_name(t): n for t, n in counts.most_common(TYPES_KEPT)})
         del counts
         lap("objects")
 
