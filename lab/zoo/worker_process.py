@@ -15,6 +15,16 @@ numpy arrays or shared tensors, and measure the workers' memory with the parent'
 keeps the part of that report a detector must handle, memory growing in another process of
 the service's tree, with a holder that grows per request as the services of this lab do.
 
+Re-cited (2026-12-07, issue 49): that report is copy-on-write, which ``dataloader_cow``
+reproduces; this entry's own mechanism, state a long-lived pool worker keeps from task to
+task, is the one of IBM/project-ai-services PR #1420 (a ``ProcessPoolExecutor`` whose four
+workers lived as long as the service and accumulated each conversion's state until the OOM
+killer took one mid-task and broke the pool; fixed with ``max_tasks_per_child`` and the spawn
+start method) and nearmap/nmaipy PR #154 (workers reused across chunks accumulated memory,
+"~324/349 GB at chunk 113/261"; fixed with ``max_tasks_per_child=1``). The fixed twin bounds
+what the worker keeps rather than recycling the worker; both reports' fix bounds it too, by
+the worker's lifetime.
+
 The service: each request's signal (8,192 samples drawn from the body's seed) goes to one
 forked worker process (a ``ProcessPoolExecutor`` with the ``fork`` start method, as DataLoader
 uses on Linux), which computes its spectrum (``torch.fft.rfft``, 4,097 float32 magnitudes,
@@ -57,7 +67,10 @@ KEEP_FIXED = 32
 ENTRY = Entry(
     name="worker_process",
     title="A preprocessing worker process keeps each request's features",
-    reports=("pytorch/pytorch#13246",),
+    # Re-cited 2026-12-07 (issue 49): #13246, cited first, is copy-on-write through reference
+    # counts, the mechanism of dataloader_cow; these report this entry's own: state a
+    # long-lived pool worker keeps from task to task.
+    reports=("IBM/project-ai-services PR #1420", "nearmap/nmaipy PR #154"),
     symptom="Memory grows in the worker processes while the main process looks fine; "
     "reading the service's own PID, or a census inside it, shows nothing.",
     instruments=("scan",),
