@@ -193,17 +193,20 @@ pub fn traffic_dir() -> PathBuf {
 
 /// The incident in progress and its seed, if one was started.
 pub fn current() -> Result<Option<(&'static IncidentInfo, u64)>> {
-    let path = state_dir().join("seed");
+    Ok(seed_in(&state_dir(), "incident")?.map(|seed| (pick(seed), seed)))
+}
+
+/// The seed a drill's incident in progress was picked with (`dir/seed`), if one was started;
+/// `drill` is its `cargo xtask lab` command, for the way out of a file that holds no seed.
+pub(crate) fn seed_in(dir: &std::path::Path, drill: &str) -> Result<Option<u64>> {
+    let path = dir.join("seed");
     match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let seed = text.trim().parse().with_context(|| {
-                format!(
-                    "{} is not a seed; start anew with `cargo xtask lab incident --new`",
-                    path.display()
-                )
-            })?;
-            Ok(Some((pick(seed), seed)))
-        }
+        Ok(text) => text.trim().parse().map(Some).with_context(|| {
+            format!(
+                "{} is not a seed; start anew with `cargo xtask lab {drill} --new`",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }

@@ -82,23 +82,8 @@ pub fn state_dir() -> PathBuf {
 
 /// The incident in progress and its seed, if one was started.
 pub fn current() -> Result<Option<(&'static PyIncident, u64)>> {
-    let path = state_dir().join("seed");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let seed: u64 = text.trim().parse().with_context(|| {
-                format!(
-                    "{} is not a seed; start anew with `cargo xtask lab pyincident --new`",
-                    path.display()
-                )
-            })?;
-            Ok(Some((
-                &INCIDENTS[(seed % INCIDENTS.len() as u64) as usize],
-                seed,
-            )))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-    }
+    let seed = super::seed_in(&state_dir(), "pyincident")?;
+    Ok(seed.map(|seed| (&INCIDENTS[(seed % INCIDENTS.len() as u64) as usize], seed)))
 }
 
 /// Readies the drill: with `new` or a `seed`, picks an incident (a random seed unless given) and
