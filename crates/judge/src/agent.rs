@@ -729,33 +729,31 @@ pub struct TracedLine {
 }
 
 impl PyTrace {
-    /// Bytes kept a request over the window, where it counted any: the lines that gained at
-    /// least [`TRACED_BLOCKS_PER_REQUEST`] blocks a request (a growth per request, not a request
-    /// in flight at one snapshot).
+    /// The lines that gained at least [`TRACED_BLOCKS_PER_REQUEST`] blocks a request: a growth
+    /// per request, not a request in flight at one snapshot.
+    fn grown_per_request(&self) -> impl Iterator<Item = &TracedLine> {
+        let least = TRACED_BLOCKS_PER_REQUEST * self.requests as f64;
+        self.top.iter().filter(move |l| l.blocks as f64 >= least)
+    }
+
+    /// Bytes kept a request over the window by those lines, where it counted any request.
     pub fn kept_per_request(&self) -> Option<f64> {
-        let requests = self.requests as f64;
         (self.requests > 0).then(|| {
-            self.top
-                .iter()
-                .filter(|l| l.blocks as f64 >= TRACED_BLOCKS_PER_REQUEST * requests)
+            self.grown_per_request()
                 .map(|l| l.bytes.max(0) as f64)
                 .sum::<f64>()
-                / requests
+                / self.requests as f64
         })
     }
 
     /// `prometheus_client/metrics.py:193`: the top line that grew per request, its path cut
     /// to its last two parts.
     pub fn top_line(&self) -> Option<String> {
-        let requests = self.requests as f64;
-        self.top
-            .iter()
-            .find(|l| l.blocks as f64 >= TRACED_BLOCKS_PER_REQUEST * requests)
-            .map(|l| {
-                let parts: Vec<&str> = l.file.rsplit('/').take(2).collect();
-                let short: Vec<&str> = parts.into_iter().rev().collect();
-                format!("{}:{}", short.join("/"), l.line)
-            })
+        self.grown_per_request().next().map(|l| {
+            let parts: Vec<&str> = l.file.rsplit('/').take(2).collect();
+            let short: Vec<&str> = parts.into_iter().rev().collect();
+            format!("{}:{}", short.join("/"), l.line)
+        })
     }
 }
 

@@ -77,8 +77,8 @@ def trace_for(
     What it reports is what grew between two snapshots inside the window, the first after a
     fifth of it (so that what any request has in flight is in both), each right after a full
     collection where the collector is on (so that its garbage, which it frees, is in neither;
-    a full collection pauses the process for as long as it takes: tens of ms on a heap of a
-    million objects). Lines are listed with the blocks they kept, which tell a growth (new
+    a full collection pauses the process for as long as it takes: 31-38 ms on a heap of 161k
+    objects, torch imported, docs/agent.md). Lines are listed with the blocks they kept, which tell a growth (new
     blocks a request) from a request in flight or a container resized (one block)."""
     seconds = min(seconds, max_seconds) if seconds > 0 else max_seconds
     if not _window_lock.acquire(blocking=False):
@@ -87,28 +87,28 @@ def trace_for(
         owned = not tracemalloc.is_tracing()
         if owned:
             tracemalloc.start(1)
-        first = counter() if counter else 0
+        count = counter or (lambda: 0)
+        first = count()
         started = time.perf_counter()
         stopped: Literal["requests", "seconds", "not started"] = "seconds"
         baseline: tracemalloc.Snapshot | None = None
         at = first
         try:
             while time.perf_counter() - started < seconds:
-                done = counter() - first if counter else 0
+                done = count() - first
                 if baseline is None and (
                     (requests is not None and done >= max(1, requests // 5))
                     or time.perf_counter() - started >= seconds / 5
                 ):
-                    baseline, at = _snapshot(), (counter() if counter else 0)
+                    baseline, at = _snapshot(), count()
                 if requests is not None and done >= requests:
                     stopped = "requests"
                     break
                 time.sleep(0.01)
-            end = _snapshot()
+            end, answered = _snapshot(), count() - at
         finally:
             if owned:
                 tracemalloc.stop()
-        answered = (counter() - at) if counter else 0
         elapsed = time.perf_counter() - started
         if baseline is None:
             return _empty("the window closed before its first snapshot")
