@@ -738,13 +738,17 @@ fn a_service_that_dies_mid_scan_leaves_a_report_of_what_was_measured() {
 /// `LEAKLAB_FAIL_AFTER`): a fixed one is never passed, since what it answered before the failures
 /// proved no leak and the rest is a failing service's memory; a leaky one still fails on the
 /// requests answered before, with the failures in a note. On main before this rule the fixed
-/// one read PASS, exit 0, with the stop in a note.
+/// one read PASS, exit 0, with the stop in a note. The fixed twin fails after 360 requests
+/// (340 judged): over its first 220, under a full test run's load, its runtime's blocking
+/// threads grew 5 to 9 and their arenas read as +61.7 kB a request (2026-12-07), a false alarm
+/// the judge issue owns; the scan now stops 20 errors into a failure, so the judged window is
+/// the requests before it, every run.
 #[test]
 fn a_target_that_starts_failing_is_never_passed_and_a_leak_proven_before_still_fails() {
     let dir = tempfile::tempdir().unwrap();
     let body = body(dir.path());
     for (variant, after, code, words) in [
-        ("refs-fixed", 240, 2, "no verdict from a failing target"),
+        ("refs-fixed", 360, 2, "no verdict from a failing target"),
         ("refs-leaky", 240, 1, "the verdict is the leak proven"),
     ] {
         let service = rust_faulty(variant, "LEAKLAB_FAIL_AFTER", after);
