@@ -45,13 +45,26 @@ REGIMES: dict[str, dict[str, str]] = {
     "jemalloc": {"LD_PRELOAD": f"{LIB}/libjemalloc.so.2"},
     "tcmalloc": {"LD_PRELOAD": f"{LIB}/libtcmalloc_minimal.so.4"},
     "busy": {},
+    "agent": {},
+    "agent-collect": {},
+}
+# Regimes whose services mount leaklab's agent, and what the scan asks of it: as the zoo scans
+# (its trim probe and Python trace after the judged requests), and with full collections before
+# the warm-up and after the judged requests (--collect, the garbage rule's evidence).
+AGENT_FLAGS: dict[str, list[str]] = {
+    "agent": ["--trim", "--python-trace"],
+    "agent-collect": ["--trim", "--collect", "--python-trace"],
 }
 WARMUP, REQUESTS = 50, 1000
+# The agent's readings are taken once, after the judged requests, so a recording that has them
+# is judged at its own length only: its runs take these lengths in turn.
+AGENT_LENGTHS = (300, 600, 1000)
 
 
-def serve_each(names: list[str]) -> None:
+def serve_each(names: list[str], agent: bool) -> None:
     """Imports what every subject imports once, then forks each subject's service in turn, the
     next once the last was killed; each prints ``leaklab-corpus NAME pid PID listening on URL``.
+    With ``agent``, each mounts leaklab's agent as the zoo's services do.
     """
     import socket
 
@@ -70,6 +83,12 @@ def serve_each(names: list[str]) -> None:
                 ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() == parent:
                     app = subjects.make_app(name)
+                    if agent:
+                        from leaklab.asgi import LeaklabDebug
+
+                        app.add_middleware(
+                            LeaklabDebug, allow_trim=True, python_trace_max_seconds=30.0
+                        )
                     # TCP_NODELAY needs the proto named (see lab/zoo/_zoo.py's serve).
                     sock = socket.socket(
                         socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
@@ -125,7 +144,8 @@ def record(args: argparse.Namespace) -> int:
     for regime in args.regime or list(REGIMES):
         env = {**os.environ, **REGIMES[regime]}
         server = subprocess.Popen(
-            [sys.executable, __file__, "--serve", ",".join(n for n, _ in plan)],
+            [sys.executable, __file__, "--serve", ",".join(n for n, _ in plan)]
+            + (["--serve-agent"] if regime in AGENT_FLAGS else []),
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -171,6 +191,10 @@ def scan_one(
     body: str,
 ) -> bool:
     """One scan of a subject's service, its evidence kept with its truth."""
+    requests = REQUESTS
+    agent = AGENT_FLAGS.get(regime)
+    if agent is not None:
+        requests = AGENT_LENGTHS[run % len(AGENT_LENGTHS)]
     with tempfile.TemporaryDirectory(prefix="leaklab-corpus-scan-") as out:
         command = [
             args.leaklab,
@@ -184,13 +208,15 @@ def scan_one(
             "--warmup",
             str(WARMUP),
             "--requests",
-            str(REQUESTS),
+            str(requests),
             "--time-limit",
             "5m",
             "--json",
             "--out",
             out,
         ]
+        if agent is not None:
+            command += ["--agent", f"{url}/debug/leaklab", *agent]
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         evidence = os.path.join(out, "evidence.json")
         if not os.path.exists(evidence):
@@ -222,6 +248,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--serve", metavar="NAME,NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-agent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--leaklab", default="target/release/leaklab")
     parser.add_argument("--out", default=os.path.join(HERE, "recordings"))
     parser.add_argument("--regime", action="append", choices=list(REGIMES))
@@ -232,7 +259,7 @@ def main() -> None:
     parser.add_argument("--passing-runs", type=int, default=4)
     args = parser.parse_args()
     if args.serve:
-        serve_each(args.serve.split(","))
+        serve_each(args.serve.split(","), args.serve_agent)
         return
     for regime, env in REGIMES.items():
         lib = env.get("LD_PRELOAD")
