@@ -43,6 +43,15 @@ whichever side the split put it: the first set left one must-pass subject in cal
 - ``bytes-churn-200k``: a 200,000-byte ``bytes`` made and dropped per request (above glibc's
   first mmap threshold, 128 KiB, which then moves).
 
+Must pass, added on 2026-12-07 so that the collector's garbage has subjects beyond gc-cycles
+(which the split put in validation, leaving the garbage rule no calibration subject). Four
+were named, their sides computed as they were named; all four are kept, whichever side:
+- ``cycle-bytes-8k``: per request a reference cycle holding an 8 KiB ``bytes``, dropped at once.
+- ``cycle-dict-tensor``: per request a dict that holds itself and a 2,048-float tensor.
+- ``cycle-closure``: per request a closure whose cell holds a list holding the closure and a
+  4 KiB ``bytearray``.
+- ``cycle-graph-4k``: per request a ring of four objects, each holding 1 KiB ``bytes``.
+
 Held out (written after the host noise floor was frozen at 64 KiB, recorded into
 ``held-out/``, never in the corpus the table and the thresholds read):
 - ``deque-of-records-3k``: a dict per request (its number, its mean, a 3 KiB ``bytes``
@@ -88,6 +97,10 @@ MUST_PASS = (
     "thread-local-256k",
     "pymalloc-churn",
     "bytes-churn-200k",
+    "cycle-bytes-8k",
+    "cycle-dict-tensor",
+    "cycle-closure",
+    "cycle-graph-4k",
 )
 # The mechanisms keyed by the request's input.
 KEYED = ("str-cache", "lru-256x16k", "lru-600x32k", "lru-cache-128x16k")
@@ -180,6 +193,13 @@ def make_app(name: str) -> Any:
             self.tensor = tensor
             self.other = self
 
+    class Node:
+        """One object of a ring: each holds the next, so only the collector frees them."""
+
+        def __init__(self, payload: bytes) -> None:
+            self.payload = payload
+            self.next: Any = None
+
     def cached(key: str, size: int, capacity: int | None) -> None:
         if key in cache:
             cache.move_to_end(key)
@@ -240,6 +260,25 @@ def make_app(name: str) -> Any:
             records.append({"n": count[0], "mean": mean, "payload": bytes(3072)})
         elif m == "ring-tensor":
             ring[count[0] % 1000].copy_(y[0])
+        elif m == "cycle-bytes-8k":
+            Cycle(bytes(8192))
+        elif m == "cycle-dict-tensor":
+            loop: dict[str, Any] = {"tensor": torch.full((2048,), mean)}
+            loop["self"] = loop
+            del loop
+        elif m == "cycle-closure":
+            box: list[Any] = [bytearray(4096)]
+
+            def step() -> Any:
+                return box
+
+            box.append(step)
+            del box, step
+        elif m == "cycle-graph-4k":
+            nodes = [Node(bytes(1024)) for _ in range(4)]
+            for k, node in enumerate(nodes):
+                node.next = nodes[(k + 1) % 4]
+            del nodes, node
         elif m == "bytes-churn-200k":
             scratch = bytes(200_000)
             del scratch
