@@ -13,7 +13,9 @@ turn, the next once the last is killed. A recording is one gzipped JSON file,
 
 The scan: 50 warm-up and 1,000 judged requests, each a new input (``--vary``), concurrency 1,
 no budget; the judge-bench re-judges each recording over its first 300, 600 and 1,000 judged
-requests.
+requests. Under the regimes with the agent (``AGENT_FLAGS``), whose readings come after the
+judged requests, the runs take 300, 600 and 1,000 judged requests in turn, each judged at its
+own length: three runs for every two asked (``--leaky-runs 2`` gives one of each length).
 """
 
 from __future__ import annotations
@@ -84,7 +86,15 @@ def serve_each(names: list[str], agent: bool) -> None:
                 if os.getppid() == parent:
                     app = subjects.make_app(name)
                     if agent:
-                        from leaklab.asgi import LeaklabDebug
+                        try:
+                            from leaklab.asgi import LeaklabDebug
+                        except (
+                            ImportError
+                        ):  # the wheel not installed: the source tree's
+                            sys.path.insert(
+                                0, os.path.join(HERE, "../../crates/cli/python")
+                            )
+                            from leaklab.asgi import LeaklabDebug
 
                         app.add_middleware(
                             LeaklabDebug, allow_trim=True, python_trace_max_seconds=30.0
@@ -132,16 +142,21 @@ def listening(stdout: IO[str], name: str, timeout: float) -> tuple[str, int]:
 
 
 def record(args: argparse.Namespace) -> int:
-    plan = []
-    for name in args.subject or subjects.names():
-        runs = args.passing_runs if subjects.truth(name).must_pass else args.leaky_runs
-        plan.extend((name, run) for run in range(runs))
     body = os.path.join(tempfile.mkdtemp(prefix="leaklab-corpus-"), "body.json")
     with open(body, "w") as f:
         json.dump(subjects.body(), f)
     failures = 0
     started = time.monotonic()
     for regime in args.regime or list(REGIMES):
+        plan: list[tuple[str, int]] = []
+        for name in args.subject or subjects.names():
+            runs = (
+                args.passing_runs if subjects.truth(name).must_pass else args.leaky_runs
+            )
+            if regime in AGENT_FLAGS:
+                # Each length of a recording judged at its own length gets half the runs.
+                runs = len(AGENT_LENGTHS) * -(-runs // 2)
+            plan.extend((name, run) for run in range(runs))
         env = {**os.environ, **REGIMES[regime]}
         server = subprocess.Popen(
             [sys.executable, __file__, "--serve", ",".join(n for n, _ in plan)]
@@ -233,14 +248,38 @@ def scan_one(
     }
     folder = os.path.join(args.out, regime, name)
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{run}.json.gz")
-    # mtime 0: the same recording packs to the same bytes.
+    write(os.path.join(folder, f"{run}.json.gz"), doc)
+    return True
+
+
+def retruth(folder: str) -> int:
+    """Rewrites every recording's truth under ``folder`` as :func:`subjects.truth` states it
+    now: a truth comes from how its subject was built, never from a run, so a truth stated more
+    exactly (a new field, an axis named) applies to the recordings already made."""
+    changed = 0
+    for root, _, files in os.walk(folder):
+        for name in sorted(files):
+            if not name.endswith(".json.gz"):
+                continue
+            path = os.path.join(root, name)
+            with gzip.open(path) as f:
+                doc = json.load(f)
+            truth = subjects.truth_json(doc["subject"])
+            if doc["truth"] != truth:
+                doc["truth"] = truth
+                write(path, doc)
+                changed += 1
+    print(f"leaklab: {changed} recordings' truth rewritten", file=sys.stderr)
+    return 0
+
+
+def write(path: str, doc: dict[str, Any]) -> None:
+    """One recording, gzipped; mtime 0: the same recording packs to the same bytes."""
     with (
         open(path, "wb") as raw,
         gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed,
     ):
         packed.write(json.dumps(doc, sort_keys=True).encode())
-    return True
 
 
 def main() -> None:
@@ -257,7 +296,14 @@ def main() -> None:
     )
     parser.add_argument("--leaky-runs", type=int, default=2)
     parser.add_argument("--passing-runs", type=int, default=4)
+    parser.add_argument(
+        "--retruth",
+        action="store_true",
+        help="rewrite the recordings' truth under --out from subjects.py, record nothing",
+    )
     args = parser.parse_args()
+    if args.retruth:
+        sys.exit(retruth(args.out))
     if args.serve:
         serve_each(args.serve.split(","), args.serve_agent)
         return

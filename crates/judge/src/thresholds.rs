@@ -17,7 +17,8 @@
 ///
 /// Set by the corpus's calibration split: at least the smallest floor of a grid of powers of two
 /// (4 KiB to 1 MiB) under which no must-pass calibration recording fails at 300, 600 or 1,000
-/// judged requests, at most the largest under which the 2 KiB rung is found in 95 % of the
+/// judged requests (the collector's garbage left out: real growth until a full collection, no
+/// floor tells it from a leak; full collections at both ends do, `--collect`), at most the largest under which the 2 KiB rung is found in 95 % of the
 /// calibration recordings at 600 (`leaklab_runner::corpus::host_noise_floor_bounds`). On the
 /// 500 recordings of 2026-12-06 both bounds are 64 KiB: 32 KiB fails a must-pass recording,
 /// 128 KiB misses 2 KiB leaks.
@@ -26,6 +27,10 @@ pub const HOST_NOISE_FLOOR: f64 = 64.0 * 1024.0;
 /// Repeats that grow, at the most of their bound (Theil–Sen's, or their rise's where tighter:
 /// [`leaklab_detect::NoisyJudgement::rise_high`]), less than this share of what new inputs add (and are not a
 /// leak themselves) make the growth per new input: most of it follows new inputs.
+/// Checked against the corpus's calibration split (`leaklab_runner::corpus::repeat_share_bounds`):
+/// above the largest ratio of the repeats' bound to the new inputs' slope among caches keyed by
+/// input (0.01 on 2026-12-07), at most the smallest among leaks per request (1.21); set between,
+/// at one half, not fitted.
 pub const REPEAT_SHARE: f64 = 0.5;
 
 /// The share of the memory under which a growth is read as the service settling: see [`crate::diagnosis::settled`].
@@ -58,10 +63,12 @@ pub const GIVEN_BACK_SHARE: f64 = 2.0;
 /// 8 KiB a request 13.0 of 19.7 kB (0.66). With the first full collection moved before the
 /// warm-up (153c0bd), the same services kept 1.66 kB a request over 949 requests (the cycles),
 /// 12.8 kB (kept in a list) and 13.3 kB (beside the native leak): the share still parts them.
-/// Set by hand from those readings (2026-12-06), not
-/// yet from the corpus (its recordings have no agent); a leak smaller than this share of the
-/// garbage beside it passes (docs/scan.md says so).
-pub const GARBAGE_KEPT_SHARE: f64 = 0.25;
+/// Set by the corpus's calibration split (`leaklab_runner::corpus::garbage_kept_share_bounds`):
+/// at least the largest share kept by a must-pass subject that keeps nothing (0.29, cycle-bytes-8k
+/// on 2026-12-07: a cycle of 8 KiB `bytes` leaves more heap behind than the tensors did), under
+/// the smallest kept by a leak (0.63); midway between, rounded down to a twentieth. A leak smaller
+/// than this share of the garbage beside it passes (docs/scan.md says so).
+pub const GARBAGE_KEPT_SHARE: f64 = 0.45;
 
 /// The collector's third threshold (gen1 collections between full ones) at or under which its
 /// full collections are taken to come at CPython's own cadence: its default, 10 (3.14's

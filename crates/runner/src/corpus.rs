@@ -4,7 +4,8 @@
 //! `cargo xtask judge-bench`).
 //!
 //! Every recording is re-judged by `leaklab_judge::judge` over its first 300, 600 and 1,000
-//! judged requests, with no budget (any growth proven is a leak, the rule of the scan without
+//! judged requests (a recording with the agent's readings, taken once after its judged
+//! requests, at its own length only: [`windows`]), with no budget (any growth proven is a leak, the rule of the scan without
 //! `--rate` and of the pytest plugin). A must-pass recording that fails is a false alarm; one
 //! that cannot be judged is counted beside it. A leak is found where the judgement fails with the
 //! axis its subject was built with; a cannot-judge is not found. A bounded must-pass subject
@@ -43,6 +44,14 @@ pub struct Truth {
     pub owner: String,
     pub bound_bytes: u64,
     pub fills_after_requests: u64,
+}
+
+impl Truth {
+    /// A must-pass subject whose memory grows by the collector's garbage until a full
+    /// collection frees it.
+    pub fn garbage(&self) -> bool {
+        self.must_pass && self.axis == "garbage"
+    }
 }
 
 /// One recording of the corpus.
@@ -117,6 +126,39 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// Whether the recording holds readings of the agent's (a census, the collector's garbage, the
+/// trim probe, a trace): those are taken once, after the judged requests, so the recording is
+/// judged at its own length only.
+pub fn looked_inside(e: &Evidence) -> bool {
+    e.census.is_some()
+        || e.collected.is_some()
+        || e.trim.is_some()
+        || e.python_trace.is_some()
+        || e.native.is_some()
+}
+
+/// The judged requests a recording holds: its series' last request, past the warm-up.
+pub fn recorded_requests(e: &Evidence) -> usize {
+    let last = e
+        .series
+        .iter()
+        .filter_map(|s| s.samples.last().map(|x| x.0 as usize + 1))
+        .max()
+        .unwrap_or(0);
+    last.saturating_sub(e.warmup)
+}
+
+/// The windows a recording is judged over: each of [`WINDOWS`] it reaches, or its own length
+/// alone where it looked inside ([`looked_inside`]).
+pub fn windows(e: &Evidence) -> Vec<usize> {
+    let recorded = recorded_requests(e);
+    if looked_inside(e) {
+        vec![recorded]
+    } else {
+        WINDOWS.into_iter().filter(|&n| n <= recorded).collect()
+    }
+}
+
 /// The evidence over its first `n` judged requests (the warm-up's samples kept, the repeat
 /// phase and the agent's readings as recorded).
 pub fn window(evidence: &Evidence, n: usize) -> Evidence {
@@ -147,6 +189,10 @@ pub struct Trial {
     pub fails: BTreeMap<String, bool>,
     /// By series kind: the residual noise of a least-squares line over the judged samples.
     pub sigma: BTreeMap<String, f64>,
+    /// The owner the judgement named (kebab-case), where it named one.
+    pub owner: Option<String>,
+    /// Whether the recording holds the agent's readings ([`looked_inside`]).
+    pub inside: bool,
 }
 
 impl Trial {
@@ -167,6 +213,11 @@ impl Trial {
         fails && self.axis.as_deref() == Some(self.truth.axis.as_str())
     }
 
+    /// Found, and the owner named is the one the subject was built with.
+    fn owned(&self) -> bool {
+        self.found(None) && self.owner.as_deref() == Some(self.truth.owner.as_str())
+    }
+
     fn false_alarm(&self, kind: Option<&str>) -> bool {
         match kind {
             Some(k) => self.fails.get(k).copied().unwrap_or(false),
@@ -180,7 +231,12 @@ pub fn trials(entries: &[Entry]) -> Vec<Trial> {
     let t = Thresholds::default();
     entries
         .iter()
-        .flat_map(|e| WINDOWS.map(|n| trial(e, n, &t)))
+        .flat_map(|e| {
+            windows(&e.scan.evidence)
+                .into_iter()
+                .map(|n| trial(e, n, &t))
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -216,6 +272,8 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
         axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
         fails,
         sigma,
+        owner: j.owner.map(|o| leaklab_judge::diagnosis::kebab(o.owner)),
+        inside: looked_inside(&e.scan.evidence),
     }
 }
 
@@ -275,7 +333,7 @@ pub fn table(entries: &[Entry]) -> String {
     rungs.dedup();
     let must = entries.iter().filter(|e| e.truth.must_pass).count();
     let mut out = format!(
-        "{} recordings ({} must-pass, {} leaky), {} subjects, {} regimes; each judged over its first 300, 600 and 1,000 judged requests, no budget.\n\n",
+        "{} recordings ({} must-pass, {} leaky), {} subjects, {} regimes; each judged over its first 300, 600 and 1,000 judged requests (one with the agent's readings, taken after its judged requests, at its own length only), no budget.\n\n",
         entries.len(),
         must,
         entries.len() - must,
@@ -288,12 +346,16 @@ pub fn table(entries: &[Entry]) -> String {
         regimes.len(),
     );
     for kind in [None, Some("anonymous"), Some("rss")] {
+        // The owner is the whole judgement's, named only where the agent looked inside.
+        let owners = kind.is_none() && trials.iter().any(|t| t.inside);
         out.push_str(&format!(
-            "**{}**\n\n| regime | side | false alarms (must-pass failed) at 300 / 600 / 1000 | cannot judge | smallest leak found in 95 % at 300 / 600 / 1000 | found at 2 KiB, 600 | statistical limit at 300 / 600 / 1000 |\n|---|---|---|---|---|---|---|\n",
+            "**{}**\n\n| regime | side | false alarms (must-pass failed) at 300 / 600 / 1000 | cannot judge | smallest leak found in 95 % at 300 / 600 / 1000 | found at 2 KiB, 600 | statistical limit at 300 / 600 / 1000 |{}\n|---|---|---|---|---|---|---|{}\n",
             match kind {
                 None => "The verdict (the scan's outcome, with the axis its subject was built with)".to_string(),
                 Some(k) => format!("The `{k}` series alone"),
-            }
+            },
+            if owners { " owner as built, of the leaks found |" } else { "" },
+            if owners { "---|" } else { "" },
         ));
         let mut groups: Vec<(String, Side)> = Vec::new();
         for r in regimes
@@ -370,8 +432,25 @@ pub fn table(entries: &[Entry]) -> String {
                         && t.truth.leak_bytes_per_request == 2048
                 })
                 .collect();
+            let owned = if owners {
+                let found: Vec<&Trial> = trials
+                    .iter()
+                    .filter(|t| of(t) && t.inside && !t.truth.must_pass && t.found(None))
+                    .collect();
+                if !found.is_empty() {
+                    format!(
+                        " {}/{} |",
+                        found.iter().filter(|t| t.owned()).count(),
+                        found.len()
+                    )
+                } else {
+                    " - |".to_string()
+                }
+            } else {
+                String::new()
+            };
             out.push_str(&format!(
-                "| {regime} | {} | {} | {} | {} | {}/{} | {} |\n",
+                "| {regime} | {} | {} | {} | {} | {}/{} | {} |{owned}\n",
                 side.name(),
                 alarms.join(" / "),
                 cannot.join(""),
@@ -387,10 +466,25 @@ pub fn table(entries: &[Entry]) -> String {
     let (lower, upper) = host_noise_floor_bounds(entries);
     let bound = |b: Option<f64>| b.map_or("none of the grid".to_string(), human);
     out.push_str(&format!(
-        "The host noise floor re-derived from the calibration split (a grid of powers of two, 4 KiB to 1 MiB): at least {} (no must-pass calibration recording fails at any window), at most {} (the 2 KiB rung found in 95 % of calibration recordings at 600); the judge's constant: {}.\n\n",
+        "The host noise floor re-derived from the calibration split (a grid of powers of two, 4 KiB to 1 MiB): at least {} (no must-pass calibration recording but the collector's garbage fails at any window), at most {} (the 2 KiB rung found in 95 % of calibration recordings at 600); the judge's constant: {}.\n\n",
         bound(lower),
         bound(upper),
         human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
+    ));
+    let (lower, upper) = repeat_share_bounds(entries);
+    let ratio = |b: Option<f64>| b.map_or("no recording".to_string(), |r| format!("{r:.2}"));
+    out.push_str(&format!(
+        "The repeat share re-derived from the calibration split (the ratio of the repeats' upper bound to the new inputs' slope, over the leaks that failed): above {} (the largest of a cache keyed by input), at most {} (the smallest of a leak per request whose repeats are not a leak themselves); the judge's constant: {}.\n\n",
+        ratio(lower),
+        ratio(upper),
+        leaklab_judge::thresholds::REPEAT_SHARE
+    ));
+    let (lower, upper) = garbage_kept_share_bounds(entries);
+    out.push_str(&format!(
+        "The garbage kept share re-derived from the calibration split (what a series read as a leak kept through full collections at both ends, as a share of what its slope adds between them): at least {} (the largest of a must-pass subject that keeps nothing), under {} (the smallest of a leak); the judge's constant: {}.\n\n",
+        ratio(lower),
+        ratio(upper),
+        leaklab_judge::thresholds::GARBAGE_KEPT_SHARE
     ));
     out.push_str(&misses(&trials));
     out
@@ -400,6 +494,17 @@ pub fn table(entries: &[Entry]) -> String {
 fn goals(trials: &[Trial]) -> String {
     let passing: Vec<&Trial> = trials.iter().filter(|t| t.eligible()).collect();
     let alarms = passing.iter().filter(|t| t.false_alarm(None)).count();
+    let garbage = passing
+        .iter()
+        .filter(|t| t.false_alarm(None) && t.truth.garbage())
+        .count();
+    let collect = |t: &&&Trial| t.regime == "agent-collect";
+    let with_collect = passing.iter().filter(collect).count();
+    let collect_alarms = passing
+        .iter()
+        .filter(collect)
+        .filter(|t| t.false_alarm(None))
+        .count();
     let two: Vec<&Trial> = trials
         .iter()
         .filter(|t| {
@@ -411,7 +516,7 @@ fn goals(trials: &[Trial]) -> String {
         .collect();
     let found = two.iter().filter(|t| t.found(None)).count();
     format!(
-        "Goals against the measure: false alarms 0 on every must-pass recording: {alarms} of {} must-pass trials failed ({}); a 2 KiB leak found in 95 % of validation recordings within 600 judged requests: {found} of {} ({:.0} %).\n\n",
+        "Goals against the measure: false alarms 0 on every must-pass recording: {alarms} of {} must-pass trials failed ({}; {garbage} of them the collector's garbage, which only full collections at both ends tell from a leak; with them, `agent-collect`: {collect_alarms} of {with_collect}); a 2 KiB leak found in 95 % of validation recordings within 600 judged requests: {found} of {} ({:.0} %).\n\n",
         passing.len(),
         if alarms == 0 { "met" } else { "not met" },
         two.len(),
@@ -424,15 +529,23 @@ fn goals(trials: &[Trial]) -> String {
 fn misses(trials: &[Trial]) -> String {
     let mut alarms: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut missed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut unowned: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for t in trials {
         let key = format!("{} ({}, {})", t.truth.subject, t.regime, t.side.name());
         if t.eligible() && t.false_alarm(None) {
-            alarms.entry(key).or_default().push(t.n.to_string());
+            alarms.entry(key.clone()).or_default().push(t.n.to_string());
         } else if !t.truth.must_pass && t.n == 1000 && !t.found(None) {
-            missed.entry(key).or_default().push(format!(
+            missed.entry(key.clone()).or_default().push(format!(
                 "{} axis {}",
                 t.outcome.answer(),
                 t.axis.as_deref().unwrap_or("none")
+            ));
+        }
+        if t.inside && t.found(None) && !t.owned() {
+            unowned.entry(key).or_default().push(format!(
+                "{} at {}",
+                t.owner.as_deref().unwrap_or("none"),
+                t.n
             ));
         }
     }
@@ -447,15 +560,22 @@ fn misses(trials: &[Trial]) -> String {
         }
     };
     format!(
-        "False alarms (subject, regime, side: the windows): {}.\n\nLeaks not found at 1,000 judged requests (subject, regime, side: what the judge said, per run): {}.\n",
+        "False alarms (subject, regime, side: the windows): {}.\n\nLeaks not found at 1,000 judged requests (subject, regime, side: what the judge said, per run): {}.\n{}",
         list(&alarms),
-        list(&missed)
+        list(&missed),
+        if trials.iter().any(|t| t.inside) {
+            format!("\nLeaks found with the agent whose owner was not the one built (subject, regime, side: the owner named, at the window): {}.\n", list(&unowned))
+        } else {
+            String::new()
+        }
     )
 }
 
 /// The host noise floor's bounds, re-derived from the calibration recordings: at least the
 /// smallest floor of the grid (powers of two, 4 KiB to 1 MiB) under which no must-pass
-/// calibration recording fails at 300, 600 or 1,000 judged requests; at most the largest under
+/// calibration recording fails at 300, 600 or 1,000 judged requests (the collector's garbage
+/// left out: its growth is real until a full collection, which no floor tells from a leak and
+/// full collections at both ends do, `--collect`); at most the largest under
 /// which the 2 KiB rung is found in 95 % of the calibration recordings at 600. `None` for a
 /// bound no floor of the grid meets.
 pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
@@ -468,16 +588,23 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
         host_noise_floor: floor,
     };
     let lower = grid.iter().copied().find(|&floor| {
-        calibration.iter().filter(|e| e.truth.must_pass).all(|e| {
-            WINDOWS.iter().all(|&n| {
-                let t = trial(e, n, &under(floor));
-                !t.eligible() || !t.false_alarm(None)
+        calibration
+            .iter()
+            .filter(|e| e.truth.must_pass && !e.truth.garbage())
+            .all(|e| {
+                windows(&e.scan.evidence).into_iter().all(|n| {
+                    let t = trial(e, n, &under(floor));
+                    !t.eligible() || !t.false_alarm(None)
+                })
             })
-        })
     });
     let two: Vec<&&Entry> = calibration
         .iter()
-        .filter(|e| !e.truth.must_pass && e.truth.leak_bytes_per_request == 2048)
+        .filter(|e| {
+            !e.truth.must_pass
+                && e.truth.leak_bytes_per_request == 2048
+                && windows(&e.scan.evidence).contains(&600)
+        })
         .collect();
     let upper = grid.iter().rev().copied().find(|&floor| {
         let found = two
@@ -487,6 +614,95 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
         !two.is_empty() && found as f64 >= FOUND_SHARE * two.len() as f64
     });
     (lower, upper)
+}
+
+/// REPEAT_SHARE's bounds, re-derived from the calibration recordings at each window they are
+/// judged at, over the leaks that fail with new inputs and a repeat phase: the ratio of the
+/// repeats' upper bound ([`leaklab_judge::diagnosis::repeats_high`]) to the new inputs' slope.
+/// At least the largest ratio among subjects built per new input (each must read per new input:
+/// ratio under the share), at most the smallest among those built per request whose repeats
+/// are not a leak themselves (each must not). `None` for a side with no such recording.
+pub fn repeat_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let t = Thresholds::default();
+    let mut per_new_input: Option<f64> = None;
+    let mut per_request: Option<f64> = None;
+    for e in entries
+        .iter()
+        .filter(|e| !e.truth.must_pass && Side::of(&e.subject) == Side::Calibration)
+    {
+        for n in windows(&e.scan.evidence) {
+            let w = window(&e.scan.evidence, n);
+            let j = judge_with(&w, None, &t);
+            let Some(a) = j.axis.filter(|_| j.outcome == Outcome::Fail) else {
+                continue;
+            };
+            let Some(kind) = w.series.iter().find(|s| s.name == a.series).map(|s| s.kind) else {
+                continue;
+            };
+            let Some(r) = leaklab_judge::repeats(&w, &a.series, kind, &t) else {
+                continue;
+            };
+            let per = a.judged.slope.bytes_per_request;
+            if per <= 0.0 {
+                continue;
+            }
+            let ratio = leaklab_judge::diagnosis::repeats_high(&r) / per;
+            match e.truth.axis.as_str() {
+                "per-new-input" => {
+                    per_new_input = Some(per_new_input.map_or(ratio, |m| m.max(ratio)))
+                }
+                "per-request" if r.verdict != leaklab_detect::Verdict::Leak => {
+                    per_request = Some(per_request.map_or(ratio, |m| m.min(ratio)))
+                }
+                _ => {}
+            }
+        }
+    }
+    (per_new_input, per_request)
+}
+
+/// GARBAGE_KEPT_SHARE's bounds, re-derived from the calibration recordings that hold full
+/// collections at both ends (`--collect`), over their host series that the detector read as a
+/// leak: the share of what the slope adds over the requests between the collections that the
+/// series kept through them. At least the largest share among must-pass subjects that keep
+/// nothing (no bound: what grew there is garbage or free memory, and each must pass), under the
+/// smallest among leaks (each must not). `None` for a side with no such recording.
+pub fn garbage_kept_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let t = Thresholds::default();
+    let mut must_pass: Option<f64> = None;
+    let mut leaky: Option<f64> = None;
+    for e in entries.iter().filter(|e| {
+        Side::of(&e.subject) == Side::Calibration && e.scan.evidence.collected.is_some()
+    }) {
+        for n in windows(&e.scan.evidence) {
+            let w = window(&e.scan.evidence, n);
+            let Some(collected) = &w.collected else {
+                continue;
+            };
+            for s in judge_with(&w, None, &t).series {
+                let Some(j) = s
+                    .judgement
+                    .filter(|j| j.verdict == leaklab_detect::Verdict::Leak)
+                else {
+                    continue;
+                };
+                let Some((kept, requests)) = collected.kept(&s.series) else {
+                    continue;
+                };
+                let added = j.slope.bytes_per_request * requests as f64;
+                if added <= 0.0 {
+                    continue;
+                }
+                let share = kept as f64 / added;
+                if e.truth.must_pass && e.truth.bound_bytes == 0 {
+                    must_pass = Some(must_pass.map_or(share, |m| m.max(share)));
+                } else {
+                    leaky = Some(leaky.map_or(share, |m| m.min(share)));
+                }
+            }
+        }
+    }
+    (must_pass, leaky)
 }
 
 /// The corpus's folder, from the workspace's root.
@@ -500,7 +716,7 @@ pub fn markdown(corpus: &Path) -> String {
         Err(e) => format!("Not measured: {e:#}.\n"),
     };
     format!(
-        "{HEADING}\nThe scan's judgement (`leaklab_judge::judge`) re-judged on every recording of lab/corpus (live scans of subjects built to keep a known number of bytes a request, or to keep nothing or a bounded amount; lab/corpus/README.md), calibration and validation apart (a subject's side: the parity of the first byte of the SHA-256 of its name). A false alarm: a must-pass recording that fails. Found: a failure along the axis the subject was built with. The statistical limit: 2.33 σ √(12 / (n³ − n)), σ the median residual noise of the group's leaky recordings around their least-squares line (the noise the detector faced) (the noise is neither independent nor Gaussian, so the limit is a floor, not a target the detector can reach).\n\n{BEGIN}\n{table}{END}\n"
+        "{HEADING}\nThe scan's judgement (`leaklab_judge::judge`) re-judged on every recording of lab/corpus (live scans of subjects built to keep a known number of bytes a request, or to keep nothing or a bounded amount; lab/corpus/README.md), calibration and validation apart (a subject's side: the parity of the first byte of the SHA-256 of its name). A false alarm: a must-pass recording that fails. Found: a failure along the axis the subject was built with. Owner as built: of the leaks found in a regime whose recordings hold the agent's readings, those whose judgement named the owner the subject was built with. The statistical limit: 2.33 σ √(12 / (n³ − n)), σ the median residual noise of the group's leaky recordings around their least-squares line (the noise the detector faced) (the noise is neither independent nor Gaussian, so the limit is a floor, not a target the detector can reach).\n\n{BEGIN}\n{table}{END}\n"
     )
 }
 
@@ -566,6 +782,34 @@ mod tests {
         assert!(
             lower.is_some_and(|l| l <= floor) && upper.is_some_and(|u| floor <= u),
             "HOST_NOISE_FLOOR {floor} outside the calibration's bounds: at least {lower:?} (no must-pass recording fails), at most {upper:?} (2 KiB found in 95 % at 600)"
+        );
+    }
+
+    /// REPEAT_SHARE re-derived from the calibration recordings by its statistic
+    /// ([`repeat_share_bounds`]): above every cache keyed by input's ratio, under every leak
+    /// per request's.
+    #[test]
+    fn the_repeat_share_is_where_the_calibration_recordings_put_it() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let (lower, upper) = repeat_share_bounds(&entries);
+        let share = leaklab_judge::thresholds::REPEAT_SHARE;
+        assert!(
+            lower.is_some_and(|l| l < share) && upper.is_some_and(|u| share <= u),
+            "REPEAT_SHARE {share} outside the calibration's bounds: above {lower:?} (the largest ratio of a cache keyed by input), at most {upper:?} (the smallest of a leak per request)"
+        );
+    }
+
+    /// GARBAGE_KEPT_SHARE re-derived from the calibration recordings with full collections at
+    /// both ends by its statistic ([`garbage_kept_share_bounds`]): at least what every must-pass
+    /// subject kept, under what every leak kept.
+    #[test]
+    fn the_garbage_kept_share_is_where_the_calibration_recordings_put_it() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let (lower, upper) = garbage_kept_share_bounds(&entries);
+        let share = leaklab_judge::thresholds::GARBAGE_KEPT_SHARE;
+        assert!(
+            lower.is_some_and(|l| l <= share) && upper.is_some_and(|u| share < u),
+            "GARBAGE_KEPT_SHARE {share} outside the calibration's bounds: at least {lower:?} (the largest a must-pass subject kept), under {upper:?} (the smallest a leak kept)"
         );
     }
 
