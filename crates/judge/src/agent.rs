@@ -712,6 +712,10 @@ pub struct PyTrace {
     pub kept_bytes: i64,
     #[serde(default)]
     pub kept_blocks: i64,
+    /// Both snapshots taken with no request in flight (absent from agents before it was kept:
+    /// false, a request's objects may read as kept).
+    #[serde(default)]
+    pub between_requests: bool,
     /// By bytes, most first.
     #[serde(default)]
     pub top: Vec<TracedLine>,

@@ -898,6 +898,7 @@ mod tests {
             seconds: 1.0,
             kept_bytes: 88 * 4_400,
             kept_blocks: 88 * 30,
+            between_requests: true,
             top: vec![line(
                 "/venv/prometheus_client/values.py",
                 88 * 4_400,

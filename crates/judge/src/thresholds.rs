@@ -82,8 +82,13 @@ pub const FULL_COLLECTION_THRESHOLD: u64 = 10;
 /// (every object is one), while a request in flight at one snapshot and not the other, or a
 /// container's table resized, is a block or two in the whole window (the zoo's
 /// onnxruntime_arena: 1.34 MB in 2 blocks over 80 requests, a request's input array). Set by
-/// hand from the zoo's readings of 2026-12-07 (28 variants), not from the corpus (its
-/// recordings have no agent): between 2 blocks a window and one a request.
+/// hand from the zoo's readings of 2026-12-07 (28 variants): between 2 blocks a window and one
+/// a request. Not set by the corpus: its statistic (`leaklab_runner::corpus::traced_blocks_bounds`)
+/// reads traces taken between requests, and the `agent` regimes' traces were taken before the
+/// trace waited for such a moment; read anyway, they do not separate on blocks alone: must-pass
+/// subjects that keep nothing up to 26.2 blocks a request (one request's parsed body in flight)
+/// and 1.19 (what `torch.tensor` itself keeps a call), leaks from 0.99. The owner rule weighs
+/// the lines' bytes against the growth ([`PYTHON_SHARE`]), which does.
 pub const TRACED_BLOCKS_PER_REQUEST: f64 = 0.25;
 
 /// The smallest share of the growth a census must hold for the owner to be Python: a holder

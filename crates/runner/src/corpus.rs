@@ -486,6 +486,13 @@ pub fn table(entries: &[Entry]) -> String {
         ratio(upper),
         leaklab_judge::thresholds::GARBAGE_KEPT_SHARE
     ));
+    let (lower, upper) = traced_blocks_bounds(entries);
+    out.push_str(&format!(
+        "The traced blocks a request re-derived from the calibration split (the most blocks a request any line of the agent's Python trace, taken between requests, gained over its window): above {} (the largest of a must-pass subject that keeps nothing), at most {} (the smallest of a leak); the judge's constant: {}.\n\n",
+        ratio(lower),
+        ratio(upper),
+        leaklab_judge::thresholds::TRACED_BLOCKS_PER_REQUEST
+    ));
     out.push_str(&misses(&trials));
     out
 }
@@ -703,6 +710,43 @@ pub fn garbage_kept_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>
         }
     }
     (must_pass, leaky)
+}
+
+/// TRACED_BLOCKS_PER_REQUEST's bounds, re-derived from the calibration recordings with the
+/// agent's Python trace taken between requests (a trace taken mid-request counts that
+/// request's objects: 2,068 blocks of one parsed body, in a recording of 2026-12-07): for each, the most blocks a request any traced line gained over the
+/// trace's window. Above the largest among must-pass subjects that keep nothing (neither a
+/// bound nor the collector's garbage: what their window kept is requests in flight and
+/// containers resized), at most the smallest among leaks, whose line that keeps gains a block
+/// a request or more. `None` for a side with no such recording.
+pub fn traced_blocks_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let mut nothing: Option<f64> = None;
+    let mut leaky: Option<f64> = None;
+    for e in entries
+        .iter()
+        .filter(|e| Side::of(&e.subject) == Side::Calibration)
+    {
+        let Some(trace) = e
+            .scan
+            .evidence
+            .python_trace
+            .as_ref()
+            .filter(|t| t.requests > 0 && t.between_requests)
+        else {
+            continue;
+        };
+        let most = trace
+            .top
+            .iter()
+            .map(|l| l.blocks as f64 / trace.requests as f64)
+            .fold(0.0, f64::max);
+        if !e.truth.must_pass {
+            leaky = Some(leaky.map_or(most, |m| m.min(most)));
+        } else if e.truth.bound_bytes == 0 && !e.truth.garbage() {
+            nothing = Some(nothing.map_or(most, |m| m.max(most)));
+        }
+    }
+    (nothing, leaky)
 }
 
 /// The corpus's folder, from the workspace's root.

@@ -124,9 +124,14 @@ impl ScanReport {
         }
         if let Some(t) = &self.explained.python_trace {
             out.push(format!(
-                "The agent's Python trace ({} requests, {:.1} s): {} kept; top lines:",
+                "The agent's Python trace ({} requests, {:.1} s{}): {} kept; top lines:",
                 t.requests,
                 t.seconds,
+                if t.between_requests {
+                    ", snapshots between requests"
+                } else {
+                    ""
+                },
                 human_bytes(t.kept_bytes as f64)
             ));
             out.extend(t.top.iter().take(5).map(|l| {

@@ -544,6 +544,7 @@ class LeaklabDebug:
                 max_seconds=self._python_trace_max_seconds,
                 requests=requests,
                 counter=lambda: self.answered,
+                activity=lambda: (self.started, self.answered),
                 top=top,
             )
         )

@@ -38,6 +38,8 @@ _NOT_OURS = [
     tracemalloc.Filter(False, os.path.join(os.path.dirname(os.path.abspath(__file__)), "*")),
     tracemalloc.Filter(False, tracemalloc.__file__),
 ]
+# How long a snapshot waits for a moment with no request in flight before it is taken anyway.
+PATIENCE = 2.0
 # One window at a time in a process: tracemalloc is process-wide.
 _window_lock = threading.Lock()
 
@@ -58,6 +60,9 @@ class PyTraceDoc(TypedDict):
     stopped: Literal["requests", "seconds", "not started"]
     kept_bytes: int  #: what grew between the window's two snapshots, leaklab's own allocations left out
     kept_blocks: int
+    #: both snapshots taken between requests (none in flight); False where one could not be
+    #: within PATIENCE (a request's objects alive at a snapshot read as kept)
+    between_requests: bool
     top: list[TracedLine]  #: the lines that grew, by bytes, most first
     note: str | None  #: why it did not run, or what it could not read
 
@@ -68,6 +73,7 @@ def trace_for(
     max_seconds: float,
     requests: int | None = None,
     counter: Callable[[], int] | None = None,
+    activity: Callable[[], tuple[int, int]] | None = None,
     top: int = 30,
 ) -> PyTraceDoc:
     """One window over whatever the process serves meanwhile, read. It blocks for the window
@@ -79,7 +85,10 @@ def trace_for(
     collection where the collector is on (so that its garbage, which it frees, is in neither;
     a full collection pauses the process for as long as it takes: 31-38 ms on a heap of 161k
     objects, torch imported, docs/agent.md). Lines are listed with the blocks they kept, which tell a growth (new
-    blocks a request) from a request in flight or a container resized (one block)."""
+    blocks a request) from a container resized (a block or two). ``activity`` (the requests
+    started and answered) lets each snapshot wait, up to ``PATIENCE`` seconds, for a moment
+    with no request in flight: a request's parsed body alive at one snapshot (2,068 blocks of
+    JSON for a batch of 2,048 floats) is not a growth."""
     seconds = min(seconds, max_seconds) if seconds > 0 else max_seconds
     if not _window_lock.acquire(blocking=False):
         return _empty("another Python trace is running in this process")
@@ -92,7 +101,9 @@ def trace_for(
         started = time.perf_counter()
         stopped: Literal["requests", "seconds", "not started"] = "seconds"
         baseline: tracemalloc.Snapshot | None = None
+        quiet = False
         at = first
+        between = _Between(activity)
         try:
             while time.perf_counter() - started < seconds:
                 done = count() - first
@@ -100,12 +111,14 @@ def trace_for(
                     (requests is not None and done >= max(1, requests // 5))
                     or time.perf_counter() - started >= seconds / 5
                 ):
-                    baseline, at = _snapshot(), count()
+                    baseline, quiet = between.snapshot()
+                    at = count()
                 if requests is not None and done >= requests:
                     stopped = "requests"
                     break
                 time.sleep(0.01)
-            end, answered = _snapshot(), count() - at
+            end, quiet_end = between.snapshot()
+            answered = count() - at
         finally:
             if owned:
                 tracemalloc.stop()
@@ -121,8 +134,20 @@ def trace_for(
             stopped=stopped,
             kept_bytes=sum(s[1] for s in stats),
             kept_blocks=sum(s[2] for s in stats),
+            between_requests=quiet and quiet_end,
             top=[TracedLine(file=f.filename, line=f.lineno, bytes=b, blocks=n) for f, b, n in stats[:top] if b > 0],
-            note=None if owned else "tracemalloc was already tracing (its owner's): read, and left running",
+            note="; ".join(
+                n
+                for n in (
+                    None if owned else "tracemalloc was already tracing (its owner's): read, and left running",
+                    None
+                    if activity is None or (quiet and quiet_end)
+                    else "a snapshot was taken with a request in flight (no pause between requests "
+                    f"in {PATIENCE:g} s): its objects read as kept",
+                )
+                if n
+            )
+            or None,
         )
     except Exception as e:  # tracemalloc refusing (a custom allocator, memory): a note, not a 500
         return _empty(f"the Python trace failed: {type(e).__name__}: {e}")
@@ -130,14 +155,51 @@ def trace_for(
         _window_lock.release()
 
 
-def _snapshot() -> tracemalloc.Snapshot:
-    """A snapshot of what is alive now, the collector's garbage freed first where it runs."""
-    if gc.isenabled():
-        gc.collect()
-    return tracemalloc.take_snapshot().filter_traces(_NOT_OURS)
+class _Between:
+    """Snapshots taken between requests, as ``activity`` (started, answered) counts them: where
+    no request is in flight before and the counts have not moved after. A request that failed
+    is never answered, so "none in flight" is the fewest in flight seen in the window."""
+
+    def __init__(self, activity: Callable[[], tuple[int, int]] | None) -> None:
+        self.activity = activity
+        self.least: int | None = None
+
+    def in_flight(self) -> tuple[tuple[int, int], bool]:
+        assert self.activity is not None
+        counts = self.activity()
+        now = counts[0] - counts[1]
+        self.least = now if self.least is None else min(self.least, now)
+        return counts, now == self.least
+
+    def snapshot(self) -> tuple[tracemalloc.Snapshot, bool]:
+        """A snapshot of what is alive now, the collector's garbage freed first where it runs,
+        and whether it was taken between requests: the counts read the same right before and
+        right after ``take_snapshot`` (which holds the GIL throughout), none in flight."""
+        if gc.isenabled():
+            gc.collect()
+        if self.activity is None:
+            return tracemalloc.take_snapshot().filter_traces(_NOT_OURS), False
+        deadline = time.perf_counter() + PATIENCE
+        while True:
+            before, idle = self.in_flight()
+            if idle:
+                raw = tracemalloc.take_snapshot()
+                if self.activity() == before:
+                    return raw.filter_traces(_NOT_OURS), True
+            if time.perf_counter() >= deadline:
+                return tracemalloc.take_snapshot().filter_traces(_NOT_OURS), False
+            time.sleep(0.0005)
 
 
 def _empty(note: str) -> PyTraceDoc:
     return PyTraceDoc(
-        schema=SCHEMA, requests=0, seconds=0.0, stopped="not started", kept_bytes=0, kept_blocks=0, top=[], note=note
+        schema=SCHEMA,
+        requests=0,
+        seconds=0.0,
+        stopped="not started",
+        kept_bytes=0,
+        kept_blocks=0,
+        between_requests=False,
+        top=[],
+        note=note,
     )

@@ -88,6 +88,42 @@ def test_values_already_seen_a_request_in_flight_and_garbage_keep_nothing() -> N
     assert kept_per_request(doc) < 100, doc["top"][:5]
 
 
+def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
+    """A request's parsed body (2,048 floats and their lists, as a batch of 8 x 256 arrives as
+    JSON) is alive while the request is in flight, most of each request's time: the snapshots
+    wait for a moment between requests, as the agent's counts of requests started and
+    answered tell it."""
+    started, answered = [0], [0]
+    result: dict[str, PyTraceDoc] = {}
+
+    def window() -> None:
+        result["doc"] = trace_for(
+            20,
+            max_seconds=20,
+            requests=60,
+            counter=lambda: answered[0],
+            activity=lambda: (started[0], answered[0]),
+        )
+
+    tracer = threading.Thread(target=window)
+    tracer.start()
+    time.sleep(0.05)
+    for i in range(3000):
+        if not tracer.is_alive():
+            break
+        started[0] += 1
+        body = [[float(i + r * 256 + c) for c in range(256)] for r in range(8)]
+        time.sleep(0.01)  # in flight, its body alive
+        del body
+        answered[0] += 1
+        time.sleep(0.0005)
+    tracer.join()
+    doc = result["doc"]
+    assert doc["between_requests"], doc["note"]
+    assert doc["note"] is None, doc["note"]
+    assert kept_per_request(doc) < 100, doc["top"][:5]
+
+
 def test_a_process_that_already_traces_is_read_and_left_tracing() -> None:
     tracemalloc.start(1)
     try:
