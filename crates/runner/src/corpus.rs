@@ -12,7 +12,8 @@
 //! counts only at windows that reach half again past its fill point: before that, no observer
 //! can tell it from a leak. Beside the sensitivity, the statistical limit for the same noise:
 //! the smallest slope a one-sided 99 % test could prove on n equally spaced samples with the
-//! residual noise of the group's leaky recordings around their line, `2.33 σ √(12 / (n³ − n))`.
+//! residual noise of the group's leaky recordings around their line, its lag-1 autocorrelation
+//! counted ([`limit`]).
 
 use anyhow::{bail, Context, Result};
 use leaklab_judge::evidence::Evidence;
@@ -188,7 +189,7 @@ pub struct Trial {
     /// By series kind: whether that series alone failed.
     pub fails: BTreeMap<String, bool>,
     /// By series kind: the residual noise of a least-squares line over the judged samples.
-    pub sigma: BTreeMap<String, f64>,
+    pub noise: BTreeMap<String, Noise>,
     /// The owner the judgement named (kebab-case), where it named one.
     pub owner: Option<String>,
     /// Whether the recording holds the agent's readings ([`looked_inside`]).
@@ -249,7 +250,7 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
         .iter()
         .map(|s| (s.series.clone(), s.ops.is_some_and(|o| o.fails())))
         .collect();
-    let sigma = w
+    let noise = w
         .series
         .iter()
         .map(|s| {
@@ -259,7 +260,7 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
                 .copied()
                 .filter(|x| x.0 >= w.warmup as u64)
                 .collect();
-            (s.name.clone(), residual_sigma(&judged))
+            (s.name.clone(), residual_noise(&judged))
         })
         .collect();
     Trial {
@@ -271,17 +272,29 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
         outcome: j.outcome,
         axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
         fails,
-        sigma,
+        noise,
         owner: j.owner.map(|o| leaklab_judge::diagnosis::kebab(o.owner)),
         inside: looked_inside(&e.scan.evidence),
     }
 }
 
-/// The standard deviation of the residuals of a least-squares line through `samples`.
-pub fn residual_sigma(samples: &[(u64, i64)]) -> f64 {
+/// The noise of a series around its least-squares line: the residuals' standard deviation and
+/// their lag-1 autocorrelation (memory moves in allocator steps, so one sample's residual
+/// says much of the next's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Noise {
+    pub sigma: f64,
+    pub rho: f64,
+}
+
+/// The [`Noise`] of `samples` around their least-squares line (NaN under three samples).
+pub fn residual_noise(samples: &[(u64, i64)]) -> Noise {
     let n = samples.len() as f64;
     if n < 3.0 {
-        return f64::NAN;
+        return Noise {
+            sigma: f64::NAN,
+            rho: f64::NAN,
+        };
     }
     let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
     let my = samples.iter().map(|s| s.1 as f64).sum::<f64>() / n;
@@ -291,18 +304,27 @@ pub fn residual_sigma(samples: &[(u64, i64)]) -> f64 {
         .map(|s| (s.0 as f64 - mx) * (s.1 as f64 - my))
         .sum();
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    let ss: f64 = samples
+    let residuals: Vec<f64> = samples
         .iter()
-        .map(|s| (s.1 as f64 - my - slope * (s.0 as f64 - mx)).powi(2))
-        .sum();
-    (ss / (n - 2.0)).sqrt()
+        .map(|s| s.1 as f64 - my - slope * (s.0 as f64 - mx))
+        .collect();
+    let ss: f64 = residuals.iter().map(|r| r * r).sum();
+    let lagged: f64 = residuals.windows(2).map(|w| w[0] * w[1]).sum();
+    Noise {
+        sigma: (ss / (n - 2.0)).sqrt(),
+        rho: if ss > 0.0 { lagged / ss } else { 0.0 },
+    }
 }
 
-/// The smallest slope a one-sided 99 % test proves on `n` equally spaced samples of noise
-/// `sigma` (per sample, independent).
-pub fn limit(sigma: f64, n: usize) -> f64 {
+/// The smallest slope a one-sided 99 % test proves on `n` equally spaced samples whose noise
+/// is `noise`: the least-squares slope's standard error for independent noise,
+/// `σ √(12 / (n³ − n))`, inflated by `√((1 + ρ) / (1 − ρ))` for noise that follows itself
+/// from sample to sample as a first-order autoregression of coefficient ρ (clamped to 0 ..
+/// 0.99: noise that alternates is not credited, a random walk is not infinite).
+pub fn limit(noise: Noise, n: usize) -> f64 {
     let n = n as f64;
-    Z99 * sigma * (12.0 / (n * n * n - n)).sqrt()
+    let rho = noise.rho.clamp(0.0, 0.99);
+    Z99 * noise.sigma * (12.0 / (n * n * n - n)).sqrt() * ((1.0 + rho) / (1.0 - rho)).sqrt()
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -408,20 +430,19 @@ pub fn table(entries: &[Entry]) -> String {
                 });
                 smallest.push(found.map_or("none".to_string(), |&r| human(r as f64)));
                 // The noise the detector faced: the leaky recordings' own scatter around their
-                // line, whatever their rung.
-                let sigma = median(
+                // line, whatever their rung; the median of their limits.
+                let limit = median(
                     trials
                         .iter()
                         .filter(|t| of(t) && t.n == n && !t.truth.must_pass)
                         .map(|t| {
-                            t.sigma
+                            t.noise
                                 .get(kind.unwrap_or("anonymous"))
-                                .copied()
-                                .unwrap_or(f64::NAN)
+                                .map_or(f64::NAN, |&noise| limit(noise, n))
                         })
                         .collect(),
                 );
-                limits.push(sigma.map_or("-".to_string(), |s| human(limit(s, n))));
+                limits.push(limit.map_or("-".to_string(), human));
             }
             let two: Vec<&Trial> = trials
                 .iter()
@@ -760,7 +781,7 @@ pub fn markdown(corpus: &Path) -> String {
         Err(e) => format!("Not measured: {e:#}.\n"),
     };
     format!(
-        "{HEADING}\nThe scan's judgement (`leaklab_judge::judge`) re-judged on every recording of lab/corpus (live scans of subjects built to keep a known number of bytes a request, or to keep nothing or a bounded amount; lab/corpus/README.md), calibration and validation apart (a subject's side: the parity of the first byte of the SHA-256 of its name). A false alarm: a must-pass recording that fails. Found: a failure along the axis the subject was built with. Owner as built: of the leaks found in a regime whose recordings hold the agent's readings, those whose judgement named the owner the subject was built with. The statistical limit: 2.33 σ √(12 / (n³ − n)), σ the median residual noise of the group's leaky recordings around their least-squares line (the noise the detector faced) (the noise is neither independent nor Gaussian, so the limit is a floor, not a target the detector can reach).\n\n{BEGIN}\n{table}{END}\n"
+        "{HEADING}\nThe scan's judgement (`leaklab_judge::judge`) re-judged on every recording of lab/corpus (live scans of subjects built to keep a known number of bytes a request, or to keep nothing or a bounded amount; lab/corpus/README.md), calibration and validation apart (a subject's side: the parity of the first byte of the SHA-256 of its name). A false alarm: a must-pass recording that fails. Found: a failure along the axis the subject was built with. Owner as built: of the leaks found in a regime whose recordings hold the agent's readings, those whose judgement named the owner the subject was built with. The statistical limit: 2.33 σ √(12 / (n³ − n)) √((1 + ρ) / (1 − ρ)), σ and ρ the residual noise of a leaky recording around its least-squares line and its lag-1 autocorrelation (memory moves in allocator steps, so its noise follows itself), the median over the group's leaky recordings (the noise the detector faced; neither Gaussian nor quite autoregressive, so the limit is a floor, not a target the detector can reach).\n\n{BEGIN}\n{table}{END}\n"
     )
 }
 
@@ -870,11 +891,31 @@ mod tests {
 
     #[test]
     fn the_limit_falls_with_the_cube_of_the_samples() {
-        // sigma 64 KiB over 600 samples: 2.326 × 65536 × √(12 / (600³ − 600)) ≈ 35.9 B.
-        let l = limit(65536.0, 600);
+        // sigma 64 KiB over 600 independent samples: 2.326 × 65536 × √(12 / (600³ − 600)) ≈
+        // 35.9 B; noise that follows itself (ρ = 0.5) proves √3 times less.
+        let independent = Noise {
+            sigma: 65536.0,
+            rho: 0.0,
+        };
+        let l = limit(independent, 600);
         assert!((l - 35.9).abs() < 0.1, "{l}");
-        assert!((limit(65536.0, 300) / l - 2.0f64.powf(1.5)).abs() < 0.01);
+        assert!((limit(independent, 300) / l - 2.0f64.powf(1.5)).abs() < 0.01);
+        let half = Noise {
+            rho: 0.5,
+            ..independent
+        };
+        assert!((limit(half, 600) / l - 3.0f64.sqrt()).abs() < 1e-9);
         let line: Vec<(u64, i64)> = (0..100).map(|x| (x, 5 * x as i64 + 7)).collect();
-        assert!(residual_sigma(&line) < 1e-6);
+        assert!(residual_noise(&line).sigma < 1e-6);
+        // A staircase (a 64 KiB step every 16 samples) around its line: its residuals follow
+        // each other; alternating noise does not.
+        let stairs: Vec<(u64, i64)> = (0..600).map(|x| (x, (x as i64 / 16) * 65536)).collect();
+        assert!(
+            residual_noise(&stairs).rho > 0.5,
+            "{:?}",
+            residual_noise(&stairs)
+        );
+        let alternating: Vec<(u64, i64)> = (0..600).map(|x| (x, (x as i64 % 2) * 65536)).collect();
+        assert!(residual_noise(&alternating).rho < -0.9);
     }
 }
