@@ -414,34 +414,10 @@ pub fn table(entries: &[Entry]) -> String {
                             .count()
                     ));
                 }
-                let found = rungs.iter().find(|&&r| {
-                    let at: Vec<&Trial> = trials
-                        .iter()
-                        .filter(|t| {
-                            of(t)
-                                && t.n == n
-                                && t.truth.leak_bytes_per_request == r
-                                && !t.truth.must_pass
-                        })
-                        .collect();
-                    !at.is_empty()
-                        && at.iter().filter(|t| t.found(kind)).count() as f64
-                            >= FOUND_SHARE * at.len() as f64
-                });
-                smallest.push(found.map_or("none".to_string(), |&r| human(r as f64)));
-                // The noise the detector faced: the leaky recordings' own scatter around their
-                // line, whatever their rung; the median of their limits.
-                let limit = median(
-                    trials
-                        .iter()
-                        .filter(|t| of(t) && t.n == n && !t.truth.must_pass)
-                        .map(|t| {
-                            t.noise
-                                .get(kind.unwrap_or("anonymous"))
-                                .map_or(f64::NAN, |&noise| limit(noise, n))
-                        })
-                        .collect(),
-                );
+                let group: Vec<&Trial> = trials.iter().filter(|t| of(t)).collect();
+                let found = smallest_found(&group, kind, n);
+                smallest.push(found.map_or("none".to_string(), |r| human(r as f64)));
+                let limit = median_limit(&group, kind, n);
                 limits.push(limit.map_or("-".to_string(), human));
             }
             let two: Vec<&Trial> = trials
@@ -518,6 +494,42 @@ pub fn table(entries: &[Entry]) -> String {
     out
 }
 
+/// The smallest rung of leak found (failing along its axis) in [`FOUND_SHARE`] of `trials`'
+/// recordings of it at `n` judged requests.
+fn smallest_found(trials: &[&Trial], kind: Option<&str>, n: usize) -> Option<u64> {
+    let mut rungs: Vec<u64> = trials
+        .iter()
+        .filter(|t| !t.truth.must_pass)
+        .map(|t| t.truth.leak_bytes_per_request)
+        .collect();
+    rungs.sort();
+    rungs.dedup();
+    rungs.into_iter().find(|&r| {
+        let at: Vec<&&Trial> = trials
+            .iter()
+            .filter(|t| t.n == n && t.truth.leak_bytes_per_request == r && !t.truth.must_pass)
+            .collect();
+        !at.is_empty()
+            && at.iter().filter(|t| t.found(kind)).count() as f64 >= FOUND_SHARE * at.len() as f64
+    })
+}
+
+/// The statistical limit at `n` for the noise the detector faced: the median of the leaky
+/// recordings' own limits ([`limit`]), whatever their rung.
+fn median_limit(trials: &[&Trial], kind: Option<&str>, n: usize) -> Option<f64> {
+    median(
+        trials
+            .iter()
+            .filter(|t| t.n == n && !t.truth.must_pass)
+            .map(|t| {
+                t.noise
+                    .get(kind.unwrap_or("anonymous"))
+                    .map_or(f64::NAN, |&noise| limit(noise, n))
+            })
+            .collect(),
+    )
+}
+
 /// The goals, each against what the table measured.
 fn goals(trials: &[Trial]) -> String {
     let passing: Vec<&Trial> = trials.iter().filter(|t| t.eligible()).collect();
@@ -543,12 +555,34 @@ fn goals(trials: &[Trial]) -> String {
         })
         .collect();
     let found = two.iter().filter(|t| t.found(None)).count();
+    // The host series of the outside regimes, where the limit is the noise alone's.
+    let host: Vec<&Trial> = trials
+        .iter()
+        .filter(|t| t.side == Side::Validation && !t.inside)
+        .collect();
+    let ratios: Vec<String> = WINDOWS
+        .iter()
+        .map(
+            |&n| match (smallest_found(&host, None, n), median_limit(&host, None, n)) {
+                (Some(r), Some(l)) if l > 0.0 => format!("{:.0}× at {n}", r as f64 / l),
+                _ => format!("not measured at {n}"),
+            },
+        )
+        .collect();
+    let within = WINDOWS.iter().all(|&n| {
+        matches!(
+            (smallest_found(&host, None, n), median_limit(&host, None, n)),
+            (Some(r), Some(l)) if r as f64 <= 2.0 * l
+        )
+    });
     format!(
-        "Goals against the measure: false alarms 0 on every must-pass recording: {alarms} of {} must-pass trials failed ({}; {garbage} of them the collector's garbage, which only full collections at both ends tell from a leak; with them, `agent-collect`: {collect_alarms} of {with_collect}); a 2 KiB leak found in 95 % of validation recordings within 600 judged requests: {found} of {} ({:.0} %).\n\n",
+        "Goals against the measure: false alarms 0 on every must-pass recording: {alarms} of {} must-pass trials failed ({}; {garbage} of them the collector's garbage, which only full collections at both ends tell from a leak; with them, `agent-collect`: {collect_alarms} of {with_collect}); a 2 KiB leak found in 95 % of validation recordings within 600 judged requests: {found} of {} ({:.0} %); the smallest leak found within 2× of the statistical limit (validation, from outside): {} ({}).\n\n",
         passing.len(),
         if alarms == 0 { "met" } else { "not met" },
         two.len(),
         100.0 * found as f64 / two.len().max(1) as f64,
+        ratios.join(", "),
+        if within { "met" } else { "not met" },
     )
 }
 
