@@ -18,6 +18,9 @@ Leaky (a rung of 1, 2, 4 or 8 KiB kept per request, never freed):
 - ``str-cache``: a ``bytes`` value of the rung's size cached under the request's input (its
   body's text): an unbounded cache keyed by input, so it grows per new input and not on
   repeats.
+- ``native-malloc`` (added 2026-12-07, so that the corpus has leaks Python does not own): the
+  rung's size from the C allocator (``malloc`` through ctypes), written once and never freed,
+  its address (a Python int) kept in a list: native memory, the owner native.
 
 Must pass (nothing kept per request, or a bound that the judged requests reach):
 - ``stateless``: nothing kept.
@@ -65,6 +68,7 @@ The truth each recording carries is :func:`truth` of its subject's name.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import json
@@ -82,6 +86,7 @@ LEAKY = (
     "float-list",
     "bytearray-state",
     "str-cache",
+    "native-malloc",
 )
 MUST_PASS = (
     "stateless",
@@ -147,7 +152,8 @@ def truth(name: str) -> Truth:
         for rung in RUNGS:
             if name == f"{mechanism}-{rung // 1024}k":
                 axis = "per-new-input" if mechanism == "str-cache" else "per-request"
-                return Truth(name, mechanism, False, rung, axis, "python", 0, 0)
+                owner = "native" if mechanism == "native-malloc" else "python"
+                return Truth(name, mechanism, False, rung, axis, owner, 0, 0)
     bounds = {
         "lru-256x16k": (256 * 16384, 256),
         "deque-200x8k": (200 * 8192, 200),
@@ -178,6 +184,9 @@ def make_app(name: str) -> Any:
 
     torch.set_num_threads(1)
     t = truth(name)
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
     app = FastAPI()
     model = torch.nn.Linear(FEATURES, FEATURES)
     app.state.log = []
@@ -240,6 +249,10 @@ def make_app(name: str) -> Any:
             app.state.log.append(bytearray(n))
         elif m == "str-cache":
             cached(key, n, None)
+        elif m == "native-malloc":
+            address = libc.malloc(n)
+            ctypes.memset(address, 1, n)
+            kept.append(address)
         elif m == "number-kept":
             numbers.append(mean)
         elif m == "lru-256x16k":
