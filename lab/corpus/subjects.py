@@ -139,6 +139,8 @@ class Truth:
     # A bounded holder: its bytes when full, and the new inputs that fill it.
     bound_bytes: int
     fills_after_requests: int
+    # What it keeps is tensors (the agent's census weighs those, and only those).
+    tensors: bool = False
 
 
 def names() -> list[str]:
@@ -153,7 +155,8 @@ def truth(name: str) -> Truth:
             if name == f"{mechanism}-{rung // 1024}k":
                 axis = "per-new-input" if mechanism == "str-cache" else "per-request"
                 owner = "native" if mechanism == "native-malloc" else "python"
-                return Truth(name, mechanism, False, rung, axis, owner, 0, 0)
+                tensors = mechanism == "tensor-list"
+                return Truth(name, mechanism, False, rung, axis, owner, 0, 0, tensors)
     bounds = {
         "lru-256x16k": (256 * 16384, 256),
         "deque-200x8k": (200 * 8192, 200),
@@ -165,11 +168,12 @@ def truth(name: str) -> Truth:
     if name == "deque-of-records-3k":
         return Truth(name, name, False, 3072, "per-request", "python", 0, 0)
     if name == "ring-tensor":
-        return Truth(name, name, True, 0, "none", "none", 1000 * FEATURES * 4, 0)
+        return Truth(name, name, True, 0, "none", "none", 1000 * FEATURES * 4, 0, True)
     if name in MUST_PASS:
         bound, fills = bounds.get(name, (0, 0))
         axis = "garbage" if name in GARBAGE else "none"
-        return Truth(name, name, True, 0, axis, "none", bound, fills)
+        tensors = name in ("deque-200x8k", "gc-cycles", "cycle-dict-tensor")
+        return Truth(name, name, True, 0, axis, "none", bound, fills, tensors)
     raise KeyError(f"no subject {name!r}; the subjects are {names()}")
 
 

@@ -45,6 +45,9 @@ pub struct Truth {
     pub owner: String,
     pub bound_bytes: u64,
     pub fills_after_requests: u64,
+    /// What it keeps is tensors (the agent's census weighs those, and only those).
+    #[serde(default)]
+    pub tensors: bool,
 }
 
 impl Truth {
@@ -483,6 +486,13 @@ pub fn table(entries: &[Entry]) -> String {
         ratio(upper),
         leaklab_judge::thresholds::GARBAGE_KEPT_SHARE
     ));
+    let (lower, upper) = python_share_bounds(entries);
+    out.push_str(&format!(
+        "The Python share re-derived from the calibration split (the census's share of a leak's growth, over the leaks found with the agent): above {} (the largest of a leak the C allocator holds), at most {} (the smallest of a leak of tensors Python holds); the judge's constant: {}.\n\n",
+        ratio(lower),
+        ratio(upper),
+        leaklab_judge::thresholds::PYTHON_SHARE
+    ));
     let (lower, upper) = traced_blocks_bounds(entries);
     out.push_str(&format!(
         "The traced blocks a request re-derived from the calibration split (the most blocks a request any line of the agent's Python trace, taken between requests, gained over its window): above {} (the largest of a must-pass subject that keeps nothing), at most {} (the smallest of a leak); the judge's constant: {}.\n\n",
@@ -804,6 +814,42 @@ pub fn traced_blocks_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
     (nothing, leaky)
 }
 
+/// PYTHON_SHARE's bounds, re-derived from the calibration recordings with the agent's census:
+/// over the leaks found, the census's share of the growth (what the owner rule weighs). Above
+/// the largest among leaks the C allocator holds (each must read native), at most the smallest
+/// among leaks of tensors Python holds (each must read Python; a leak of other Python objects is
+/// the Python trace's to name, the census holds none of it). `None` for a side with no such
+/// recording.
+pub fn python_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let t = Thresholds::default();
+    let mut native: Option<f64> = None;
+    let mut python: Option<f64> = None;
+    for e in entries.iter().filter(|e| {
+        !e.truth.must_pass
+            && Side::of(&e.subject) == Side::Calibration
+            && e.scan.evidence.census.is_some()
+    }) {
+        for n in windows(&e.scan.evidence) {
+            let tr = trial(e, n, &t);
+            if !tr.found(None) {
+                continue;
+            }
+            let j = judge_with(&window(&e.scan.evidence, n), None, &t);
+            let Some(share) = j.owner.and_then(|o| o.census_share) else {
+                continue;
+            };
+            match e.truth.owner.as_str() {
+                "native" => native = Some(native.map_or(share, |m| m.max(share))),
+                "python" if e.truth.tensors => {
+                    python = Some(python.map_or(share, |m| m.min(share)))
+                }
+                _ => {}
+            }
+        }
+    }
+    (native, python)
+}
+
 /// The corpus's folder, from the workspace's root.
 pub const RECORDINGS: &str = "lab/corpus/recordings";
 
@@ -909,6 +955,19 @@ mod tests {
         assert!(
             lower.is_some_and(|l| l <= share) && upper.is_some_and(|u| share < u),
             "GARBAGE_KEPT_SHARE {share} outside the calibration's bounds: at least {lower:?} (the largest a must-pass subject kept), under {upper:?} (the smallest a leak kept)"
+        );
+    }
+
+    /// PYTHON_SHARE re-derived from the calibration recordings with the census by its
+    /// statistic ([`python_share_bounds`]).
+    #[test]
+    fn the_python_share_is_where_the_calibration_recordings_put_it() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let (lower, upper) = python_share_bounds(&entries);
+        let share = leaklab_judge::thresholds::PYTHON_SHARE;
+        assert!(
+            lower.is_some_and(|l| l < share) && upper.is_some_and(|u| share <= u),
+            "PYTHON_SHARE {share} outside the calibration's bounds: above {lower:?} (a native leak), at most {upper:?} (a leak of tensors Python holds)"
         );
     }
 
