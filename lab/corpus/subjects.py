@@ -63,6 +63,14 @@ Held out (written after the host noise floor was frozen at 64 KiB, recorded into
 - ``ring-tensor``: a preallocated 1,000 × 256 tensor written in place, one row a request: must
   pass.
 
+Held out, written on 2026-12-07 after that day's rules (repeats that grow read per request,
+the garbage kept share at 0.45) and before their first recording:
+- ``history-by-client-8k``: each request's output (8 × 256 floats, 8 KiB) detached and appended
+  to a per-client history (a dict of lists, 50 clients in turn), never trimmed: a metrics
+  history of tensors, per request, Python's.
+- ``expiring-cache-16k``: 16 KiB cached under the request's number and dropped 100 requests
+  later (a cache with a time to live counted in requests): bounded at 1.6 MB, full after 100.
+
 The truth each recording carries is :func:`truth` of its subject's name.
 """
 
@@ -118,7 +126,12 @@ GARBAGE = (
 )
 # The mechanisms keyed by the request's input.
 KEYED = ("str-cache", "lru-256x16k", "lru-600x32k", "lru-cache-128x16k")
-HELD_OUT = ("deque-of-records-3k", "ring-tensor")
+HELD_OUT = (
+    "deque-of-records-3k",
+    "ring-tensor",
+    "history-by-client-8k",
+    "expiring-cache-16k",
+)
 FEATURES = 256
 ROWS = 8
 
@@ -167,6 +180,10 @@ def truth(name: str) -> Truth:
     }
     if name == "deque-of-records-3k":
         return Truth(name, name, False, 3072, "per-request", "python", 0, 0)
+    if name == "history-by-client-8k":
+        return Truth(name, name, False, 8192, "per-request", "python", 0, 0, True)
+    if name == "expiring-cache-16k":
+        return Truth(name, name, True, 0, "none", "none", 100 * 16384, 100)
     if name == "ring-tensor":
         return Truth(name, name, True, 0, "none", "none", 1000 * FEATURES * 4, 0, True)
     if name in MUST_PASS:
@@ -203,6 +220,8 @@ def make_app(name: str) -> Any:
     records: deque[dict[str, Any]] = deque()
     ring = torch.zeros(1000, FEATURES)
     recent: dict[int, bytes] = {}
+    history: dict[int, list[Any]] = {}
+    expiring: dict[int, bytes] = {}
     local = threading.local()
 
     @functools.lru_cache(maxsize=128)
@@ -286,6 +305,11 @@ def make_app(name: str) -> Any:
             del small
         elif m == "deque-of-records-3k":
             records.append({"n": count[0], "mean": mean, "payload": bytes(3072)})
+        elif m == "history-by-client-8k":
+            history.setdefault(count[0] % 50, []).append(y.detach().clone())
+        elif m == "expiring-cache-16k":
+            expiring[count[0]] = bytes(16384)
+            expiring.pop(count[0] - 100, None)
         elif m == "ring-tensor":
             ring[count[0] % 1000].copy_(y[0])
         elif m == "cycle-bytes-8k":
