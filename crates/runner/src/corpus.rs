@@ -471,35 +471,57 @@ pub fn table(entries: &[Entry]) -> String {
         bound(upper),
         human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
     ));
-    let (lower, upper) = repeat_share_bounds(entries);
+    use leaklab_judge::thresholds as th;
+    let checks = [
+        (
+            "The repeat share",
+            "the ratio of the repeats' upper bound to the new inputs' slope, over the leaks that failed",
+            "above",
+            "the largest of a cache keyed by input",
+            "at most",
+            "the smallest of a leak per request whose repeats are not a leak themselves",
+            repeat_share_bounds(entries),
+            th::REPEAT_SHARE,
+        ),
+        (
+            "The garbage kept share",
+            "what a series read as a leak kept through full collections at both ends, as a share of what its slope adds between them",
+            "at least",
+            "the largest of a must-pass subject that keeps nothing",
+            "under",
+            "the smallest of a leak",
+            garbage_kept_share_bounds(entries),
+            th::GARBAGE_KEPT_SHARE,
+        ),
+        (
+            "The Python share",
+            "the census's share of a leak's growth, over the leaks found with the agent",
+            "above",
+            "the largest of a leak the C allocator holds",
+            "at most",
+            "the smallest of a leak of tensors Python holds",
+            python_share_bounds(entries),
+            th::PYTHON_SHARE,
+        ),
+        (
+            "The traced blocks a request",
+            "the most blocks a request any line of the agent's Python trace, taken between requests, gained over its window",
+            "above",
+            "the largest of a must-pass subject that keeps nothing",
+            "at most",
+            "the smallest of a leak",
+            traced_blocks_bounds(entries),
+            th::TRACED_BLOCKS_PER_REQUEST,
+        ),
+    ];
     let ratio = |b: Option<f64>| b.map_or("no recording".to_string(), |r| format!("{r:.2}"));
-    out.push_str(&format!(
-        "The repeat share re-derived from the calibration split (the ratio of the repeats' upper bound to the new inputs' slope, over the leaks that failed): above {} (the largest of a cache keyed by input), at most {} (the smallest of a leak per request whose repeats are not a leak themselves); the judge's constant: {}.\n\n",
-        ratio(lower),
-        ratio(upper),
-        leaklab_judge::thresholds::REPEAT_SHARE
-    ));
-    let (lower, upper) = garbage_kept_share_bounds(entries);
-    out.push_str(&format!(
-        "The garbage kept share re-derived from the calibration split (what a series read as a leak kept through full collections at both ends, as a share of what its slope adds between them): at least {} (the largest of a must-pass subject that keeps nothing), under {} (the smallest of a leak); the judge's constant: {}.\n\n",
-        ratio(lower),
-        ratio(upper),
-        leaklab_judge::thresholds::GARBAGE_KEPT_SHARE
-    ));
-    let (lower, upper) = python_share_bounds(entries);
-    out.push_str(&format!(
-        "The Python share re-derived from the calibration split (the census's share of a leak's growth, over the leaks found with the agent): above {} (the largest of a leak the C allocator holds), at most {} (the smallest of a leak of tensors Python holds); the judge's constant: {}.\n\n",
-        ratio(lower),
-        ratio(upper),
-        leaklab_judge::thresholds::PYTHON_SHARE
-    ));
-    let (lower, upper) = traced_blocks_bounds(entries);
-    out.push_str(&format!(
-        "The traced blocks a request re-derived from the calibration split (the most blocks a request any line of the agent's Python trace, taken between requests, gained over its window): above {} (the largest of a must-pass subject that keeps nothing), at most {} (the smallest of a leak); the judge's constant: {}.\n\n",
-        ratio(lower),
-        ratio(upper),
-        leaklab_judge::thresholds::TRACED_BLOCKS_PER_REQUEST
-    ));
+    for (name, statistic, low, low_words, high, high_words, (lower, upper), constant) in checks {
+        out.push_str(&format!(
+            "{name} re-derived from the calibration split ({statistic}): {low} {} ({low_words}), {high} {} ({high_words}); the judge's constant: {constant}.\n\n",
+            ratio(lower),
+            ratio(upper),
+        ));
+    }
     out.push_str(&misses(&trials));
     out
 }
@@ -720,11 +742,9 @@ pub fn repeat_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
             }
             let ratio = leaklab_judge::diagnosis::repeats_high(&r) / per;
             match e.truth.axis.as_str() {
-                "per-new-input" => {
-                    per_new_input = Some(per_new_input.map_or(ratio, |m| m.max(ratio)))
-                }
+                "per-new-input" => most(&mut per_new_input, ratio),
                 "per-request" if r.verdict != leaklab_detect::Verdict::Leak => {
-                    per_request = Some(per_request.map_or(ratio, |m| m.min(ratio)))
+                    least(&mut per_request, ratio)
                 }
                 _ => {}
             }
@@ -767,9 +787,9 @@ pub fn garbage_kept_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>
                 }
                 let share = kept as f64 / added;
                 if e.truth.must_pass && e.truth.bound_bytes == 0 {
-                    must_pass = Some(must_pass.map_or(share, |m| m.max(share)));
+                    most(&mut must_pass, share);
                 } else {
-                    leaky = Some(leaky.map_or(share, |m| m.min(share)));
+                    least(&mut leaky, share);
                 }
             }
         }
@@ -800,15 +820,15 @@ pub fn traced_blocks_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
         else {
             continue;
         };
-        let most = trace
+        let per_request = trace
             .top
             .iter()
             .map(|l| l.blocks as f64 / trace.requests as f64)
             .fold(0.0, f64::max);
         if !e.truth.must_pass {
-            leaky = Some(leaky.map_or(most, |m| m.min(most)));
+            least(&mut leaky, per_request);
         } else if e.truth.bound_bytes == 0 && !e.truth.garbage() {
-            nothing = Some(nothing.map_or(most, |m| m.max(most)));
+            most(&mut nothing, per_request);
         }
     }
     (nothing, leaky)
@@ -839,15 +859,23 @@ pub fn python_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
                 continue;
             };
             match e.truth.owner.as_str() {
-                "native" => native = Some(native.map_or(share, |m| m.max(share))),
-                "python" if e.truth.tensors => {
-                    python = Some(python.map_or(share, |m| m.min(share)))
-                }
+                "native" => most(&mut native, share),
+                "python" if e.truth.tensors => least(&mut python, share),
                 _ => {}
             }
         }
     }
     (native, python)
+}
+
+/// `slot` raised to `value` where it is larger (set where empty).
+fn most(slot: &mut Option<f64>, value: f64) {
+    *slot = Some(slot.map_or(value, |m| m.max(value)));
+}
+
+/// `slot` lowered to `value` where it is smaller (set where empty).
+fn least(slot: &mut Option<f64>, value: f64) {
+    *slot = Some(slot.map_or(value, |m| m.min(value)));
 }
 
 /// The corpus's folder, from the workspace's root.
@@ -930,45 +958,52 @@ mod tests {
         );
     }
 
-    /// REPEAT_SHARE re-derived from the calibration recordings by its statistic
-    /// ([`repeat_share_bounds`]): above every cache keyed by input's ratio, under every leak
-    /// per request's.
+    /// Asserts that a threshold lies where its statistic on the calibration recordings puts
+    /// it: above the lower bound and at most the upper (`below`: at least the lower, under the
+    /// upper), each side measured.
+    #[track_caller]
+    fn assert_within(name: &str, bounds: (Option<f64>, Option<f64>), constant: f64, below: bool) {
+        let ok = match bounds {
+            (Some(l), Some(u)) if below => l <= constant && constant < u,
+            (Some(l), Some(u)) => l < constant && constant <= u,
+            _ => false,
+        };
+        assert!(
+            ok,
+            "{name} {constant} outside the calibration's bounds {bounds:?} (lab/corpus/README.md says what each measures)"
+        );
+    }
+
+    /// REPEAT_SHARE ([`repeat_share_bounds`]): above every cache keyed by input's ratio, at
+    /// most every leak per request's.
     #[test]
     fn the_repeat_share_is_where_the_calibration_recordings_put_it() {
         let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let (lower, upper) = repeat_share_bounds(&entries);
         let share = leaklab_judge::thresholds::REPEAT_SHARE;
-        assert!(
-            lower.is_some_and(|l| l < share) && upper.is_some_and(|u| share <= u),
-            "REPEAT_SHARE {share} outside the calibration's bounds: above {lower:?} (the largest ratio of a cache keyed by input), at most {upper:?} (the smallest of a leak per request)"
-        );
+        assert_within("REPEAT_SHARE", repeat_share_bounds(&entries), share, false);
     }
 
-    /// GARBAGE_KEPT_SHARE re-derived from the calibration recordings with full collections at
-    /// both ends by its statistic ([`garbage_kept_share_bounds`]): at least what every must-pass
-    /// subject kept, under what every leak kept.
+    /// GARBAGE_KEPT_SHARE ([`garbage_kept_share_bounds`]): at least what every must-pass
+    /// subject kept through full collections, under what every leak kept.
     #[test]
     fn the_garbage_kept_share_is_where_the_calibration_recordings_put_it() {
         let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let (lower, upper) = garbage_kept_share_bounds(&entries);
         let share = leaklab_judge::thresholds::GARBAGE_KEPT_SHARE;
-        assert!(
-            lower.is_some_and(|l| l <= share) && upper.is_some_and(|u| share < u),
-            "GARBAGE_KEPT_SHARE {share} outside the calibration's bounds: at least {lower:?} (the largest a must-pass subject kept), under {upper:?} (the smallest a leak kept)"
+        assert_within(
+            "GARBAGE_KEPT_SHARE",
+            garbage_kept_share_bounds(&entries),
+            share,
+            true,
         );
     }
 
-    /// PYTHON_SHARE re-derived from the calibration recordings with the census by its
-    /// statistic ([`python_share_bounds`]).
+    /// PYTHON_SHARE ([`python_share_bounds`]): above every native leak's census share, at
+    /// most every tensor leak's.
     #[test]
     fn the_python_share_is_where_the_calibration_recordings_put_it() {
         let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let (lower, upper) = python_share_bounds(&entries);
         let share = leaklab_judge::thresholds::PYTHON_SHARE;
-        assert!(
-            lower.is_some_and(|l| l < share) && upper.is_some_and(|u| share <= u),
-            "PYTHON_SHARE {share} outside the calibration's bounds: above {lower:?} (a native leak), at most {upper:?} (a leak of tensors Python holds)"
-        );
+        assert_within("PYTHON_SHARE", python_share_bounds(&entries), share, false);
     }
 
     #[test]
