@@ -141,14 +141,28 @@ def _is_int(v: object) -> TypeGuard[int]:
 
 
 def image(body: Any) -> Any:
-    """The request's 1×3×H×W image, its pixels drawn from the body's seed (the body stays
-    small); TypeError or ValueError, said plainly, for a body that does not name a size."""
+    """The request's 1×3×H×W image: its pixels as the body sends them (``{"image": [3 rows of
+    H rows of W numbers]}``, as a client sends a tensor in JSON), or drawn from the body's seed
+    (``{"h": 32, "w": 48, "seed": 0}``: the body stays small); TypeError or ValueError, said
+    plainly, for a body that is neither."""
     import torch
 
     if not isinstance(body, dict):
         raise TypeError(
             'the body must be a JSON object such as {"h": 32, "w": 48, "seed": 0}'
         )
+    if "image" in body:
+        try:
+            pixels = torch.tensor(body["image"], dtype=torch.float32)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"image must be 3 rows of H rows of W numbers: {e}") from e
+        if pixels.dim() != 3 or pixels.shape[0] != 3:
+            raise ValueError(f"image must be 3×H×W, got {tuple(pixels.shape)}")
+        if not (1 <= pixels.shape[1] <= 512 and 1 <= pixels.shape[2] <= 512):
+            raise ValueError(
+                f"image size {pixels.shape[1]}x{pixels.shape[2]} is out of range"
+            )
+        return pixels.unsqueeze(0)
     h, w, seed = body.get("h"), body.get("w"), body.get("seed", 0)
     if not (_is_int(h) and _is_int(w) and _is_int(seed)):
         raise TypeError(f"h, w and seed must be integers, got {h!r}, {w!r}, {seed!r}")

@@ -265,6 +265,7 @@ fn diagnose(
             "{} {verdict} at {rate} a {unit} over {} {unit}s of the same function, to the last: every {unit} adds",
             deciding.name, request.calls
         ),
+        churn: None,
     };
     // The scan's advice for native memory (its agent's native trace) is not at hand in a test:
     // what is.

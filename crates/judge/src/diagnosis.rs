@@ -117,6 +117,10 @@ pub struct AxisReading {
     pub processes: Vec<ProcessGrowth>,
     /// The axis in a sentence, with its figures.
     pub words: String,
+    /// Bodies of this many shapes cycled grew it on shapes already seen, and the growth
+    /// stopped: a cache keyed by shape smaller than the shapes sent (see [`shapes`]).
+    #[serde(default)]
+    pub churn: Option<usize>,
 }
 
 /// Threads added over the judged requests that count as "the threads grow": at least 8, and one
@@ -260,7 +264,62 @@ pub fn axis(
         } else {
             format!("{words}{bound_words}")
         },
+        churn: None,
     }
+}
+
+/// The bodies' shapes, where they differ: said beside the axis. Where bodies of several shapes
+/// were cycled and the growth stopped, when it stopped tells what memory can: before the first
+/// pass through the bodies ended (request `bodies`, the warm-up's included), new shapes stopped
+/// adding to it, so the cache holds fewer than the shapes sent and evicts and rebuilds them
+/// (churn), its capacity bounding it, not the shapes. Stopped with the first pass, it grew on
+/// new shapes only (per new input), and memory cannot tell a cache that holds them all from
+/// one that rebuilds them in the memory the first pass took (the native trace can). Cycled
+/// shapes that grow it without stopping are per request, not per shape. `judged` is the
+/// deciding series' judgement, whose floor says when it stopped.
+pub fn shapes(axis: &mut AxisReading, s: &crate::evidence::Shapes, judged: &NoisyJudgement) {
+    if s.distinct < 2 || matches!(axis.axis, Axis::None | Axis::OtherProcess) {
+        return;
+    }
+    let said = format!(
+        "the {} bodies come in {} shapes (e.g. {})",
+        s.bodies,
+        s.distinct,
+        s.examples.join("; ")
+    );
+    axis.words = match (axis.inputs, axis.axis, axis.bounded) {
+        (Inputs::Cycled, Axis::PerRequest, true) => {
+            // The first floor point within the noise of where the floor ended.
+            let top = judged.floor_now as f64 - judged.noise_bytes;
+            let stopped = judged
+                .floor
+                .iter()
+                .find(|p| p.1 as f64 >= top)
+                .map_or(judged.last.0, |p| p.0);
+            if stopped < s.bodies as u64 {
+                axis.churn = Some(s.distinct);
+                format!(
+                    "{said}; cycled, it stopped growing by request {stopped}, before the first pass through them ended (request {}): a cache keyed by shape that holds fewer than the {} shapes sent, evicting and rebuilding them (churn); its capacity bounds it, not the shapes (oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY, cuDNN's TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT set it) (was: {})",
+                    s.bodies, s.distinct, axis.words
+                )
+            } else {
+                axis.axis = Axis::PerNewInput;
+                format!(
+                    "{said}; cycled, it stopped growing by request {stopped}, as the first pass through them ended (request {}): it grew on new shapes only, a cache keyed by input or by its shape; whether it holds them all or evicts and rebuilds them in the memory the first pass took, memory cannot tell (--native traces the rebuilds) (was: {})",
+                    s.bodies, axis.words
+                )
+            }
+        }
+        (Inputs::Cycled, Axis::PerRequest, false) => format!(
+            "{}; {said}: shapes already seen grow it too, so per request, not per shape",
+            axis.words
+        ),
+        (Inputs::New, Axis::PerNewInput, _) => format!(
+            "{}; {said}: a cache keyed by input or by its shape",
+            axis.words
+        ),
+        _ => format!("{}; {said}", axis.words),
+    };
 }
 
 /// A growth that rose less than [`SETTLED_SHARE`] of the memory over the judged requests, and
@@ -461,6 +520,12 @@ pub fn owner_kept(
     elsewhere: &Elsewhere,
 ) -> OwnerReading {
     let step = "request";
+    let churn = axis.churn.map(|shapes| {
+        (
+            format!("likely a per-shape kernel cache (oneDNN's primitive cache, cuDNN's plan cache) that holds fewer than the {shapes} shapes sent: it evicts and rebuilds them (churn); named from the axis and the shapes, not traced (--native names it from its frames)"),
+            format!("raise the cache's capacity above the {shapes} shapes' kernels (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT), or bucket or pad the inputs to fewer shapes than it holds"),
+        )
+    });
     let weighed = census_owner(
         &Weighed {
             per_step: axis.judged.slope.bytes_per_request,
@@ -470,7 +535,10 @@ pub fn owner_kept(
             python_mechanism: format!(
                 "a Python holder reachable from a root keeps what each {step} leaves"
             ),
-            native: native_mechanism(axis.axis),
+            native: match &churn {
+                Some((mechanism, fix)) => (mechanism.as_str(), fix.as_str()),
+                None => native_mechanism(axis.axis),
+            },
             without: (
                 "Python or native: not told apart without the agent's census (mount it and scan with --agent)",
                 "scan again with --agent to name the owner, and with --collect to tell garbage the collector frees from a leak",
@@ -795,7 +863,7 @@ pub fn census_owner(
 fn native_mechanism(axis: Axis) -> (&'static str, &'static str) {
     match axis {
         Axis::PerNewInput => (
-            "a native cache keyed by input (a per-shape kernel cache such as oneDNN's primitive cache or cuDNN's plan cache, a tokenizer's cache)",
+            "likely a native cache keyed by input (a per-shape kernel cache such as oneDNN's primitive cache or cuDNN's plan cache, a tokenizer's cache): named from the axis, not traced",
             "bucket or pad inputs to a few shapes, or cap the cache (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT); --native names the allocating stacks",
         ),
         Axis::PerNewThread => (
@@ -1068,6 +1136,104 @@ mod tests {
         // New inputs with no repeat phase: not guessed.
         let f = axis("anonymous", &new, Inputs::New, 400, None, None, vec![]);
         assert_eq!(f.axis, Axis::Undetermined);
+    }
+
+    #[test]
+    fn cycled_shapes_that_grow_then_stop_are_a_cache_smaller_than_the_shapes() {
+        let shapes = crate::evidence::Shapes {
+            bodies: 120,
+            distinct: 120,
+            examples: vec!["image: 3×64×64".into(), "image: 3×64×71".into()],
+        };
+        // Cycled over 120 bodies: rose 200 kB a request for 65 requests, then held.
+        let filled = judged(|i| 200_000 * i.min(65) as i64, 400);
+        let mut a = axis(
+            "anonymous",
+            &filled,
+            Inputs::Cycled,
+            120,
+            None,
+            None,
+            vec![],
+        );
+        assert_reads(&a, Axis::PerRequest, true);
+        super::shapes(&mut a, &shapes, &filled);
+        assert_eq!(a.churn, Some(120));
+        assert!(
+            a.words.contains("120 shapes") && a.words.contains("(churn)"),
+            "{}",
+            a.words
+        );
+        assert!(
+            a.words.contains("ONEDNN_PRIMITIVE_CACHE_CAPACITY"),
+            "{}",
+            a.words
+        );
+        let nothing = crate::agent::CensusDiff {
+            steps: 100,
+            grown: vec![],
+            total_bytes: 0,
+            total_tensors: 0,
+            total_graph_nodes: 0,
+            census_seconds: (0.1, 0.1),
+            notes: vec![],
+            heap: None,
+        };
+        let owner = owner(&a, Some(&nothing), None);
+        assert_eq!(owner.owner, Owner::Native, "{owner:?}");
+        assert!(
+            owner
+                .mechanism
+                .starts_with("likely a per-shape kernel cache")
+                && owner.mechanism.contains("fewer than the 120 shapes"),
+            "{}",
+            owner.mechanism
+        );
+        assert!(
+            owner.fix.contains("raise the cache's capacity"),
+            "{}",
+            owner.fix
+        );
+        // Still climbing on shapes already seen: per request, not per shape, no churn.
+        let climbing = judged(|i| 200_000 * i as i64, 400);
+        let mut b = axis(
+            "anonymous",
+            &climbing,
+            Inputs::Cycled,
+            120,
+            None,
+            None,
+            vec![],
+        );
+        super::shapes(&mut b, &shapes, &climbing);
+        assert_eq!((b.axis, b.churn), (Axis::PerRequest, None));
+        assert!(b.words.contains("not per shape"), "{}", b.words);
+        // Held from the end of the first pass on: per new shape, churn not told.
+        let all = judged(|i| 200_000 * i.min(120) as i64, 400);
+        let mut d = axis("anonymous", &all, Inputs::Cycled, 120, None, None, vec![]);
+        super::shapes(&mut d, &shapes, &all);
+        assert_eq!((d.axis, d.churn), (Axis::PerNewInput, None), "{}", d.words);
+        assert!(d.words.contains("memory cannot tell"), "{}", d.words);
+        // One shape (a body varied): nothing said.
+        let mut c = axis(
+            "anonymous",
+            &filled,
+            Inputs::Cycled,
+            120,
+            None,
+            None,
+            vec![],
+        );
+        let before = c.words.clone();
+        super::shapes(
+            &mut c,
+            &crate::evidence::Shapes {
+                distinct: 1,
+                ..shapes.clone()
+            },
+            &filled,
+        );
+        assert_eq!((c.words, c.churn), (before, None));
     }
 
     /// Asserts that `a` reads `want`, bounded or not, the whole reading in the message.

@@ -70,6 +70,9 @@ pub struct Evidence {
     /// What the judged requests sent, and how many distinct inputs that was.
     pub inputs: Inputs,
     pub distinct_inputs: usize,
+    /// The bodies' shapes, where they are JSON and more than one (absent before it was kept).
+    #[serde(default)]
+    pub shapes: Option<Shapes>,
     pub series: Vec<Series>,
     /// The repeat phase (inputs already seen, sent again), by series; empty where it did not run.
     #[serde(default)]
@@ -104,6 +107,16 @@ pub struct Evidence {
     /// PID: who holds a growth the tree finds in that process.
     #[serde(default)]
     pub worker_censuses: BTreeMap<u32, CensusDiff>,
+}
+
+/// The shapes of the request bodies: every JSON array of numbers' dimensions, by its path
+/// (`inputs: 1×3×97×131`), a body's shape being all of them in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shapes {
+    pub bodies: usize,
+    pub distinct: usize,
+    /// The first few distinct shapes, as said.
+    pub examples: Vec<String>,
 }
 
 /// Each series' level right after the trim probe's full collection and `malloc_trim(0)`, before the

@@ -326,6 +326,9 @@ fn explain(
     if let (Some(r), Some(samples)) = (axis.repeats.as_mut(), evidence.repeats.get(name)) {
         r.requests = samples.len();
     }
+    if let Some(s) = &evidence.shapes {
+        diagnosis::shapes(&mut axis, s, judged);
+    }
     diagnosis::settled(&mut axis, deciding.ops.is_some_and(Ops::fails));
     if let Some(t) = &evidence.trim {
         diagnosis::given_back(&mut axis, t);
@@ -395,6 +398,7 @@ mod tests {
             requests_per_second: 50.0,
             inputs: diagnosis::Inputs::Same,
             distinct_inputs: 1,
+            shapes: None,
             series: vec![Series {
                 name: "anonymous".into(),
                 kind: Kind::Host,

@@ -551,6 +551,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             diagnosis::Inputs::New if options.target.vary.is_some() => judged_sent,
             _ => options.target.bodies.len().max(1),
         },
+        shapes: load::shapes(&options.target.bodies),
         tree: options.signals.iter().find_map(|s| match s {
             Signal::Process { pid } => Some(evidence::Tree {
                 root: *pid,
@@ -850,6 +851,7 @@ impl State {
             requests_per_second: measured,
             inputs: diagnosis::Inputs::Same,
             distinct_inputs: 1,
+            shapes: None,
             series: self
                 .series
                 .iter()

@@ -75,6 +75,71 @@ pub fn body(bodies: &[Vec<u8>], index: u64, vary: Option<u64>) -> Result<Vec<u8>
     Ok(serde_json::to_vec(&value)?)
 }
 
+/// A JSON body's shape: every array of numbers' dimensions, by its path, in order
+/// (`inputs: 1×3×97×131`); `None` for a body that is not JSON.
+pub fn shape(body: &[u8]) -> Option<String> {
+    fn walk(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match value {
+            Value::Array(items) if is_numeric(value) => {
+                let mut dims = vec![items.len()];
+                let mut inner = items.first();
+                while let Some(Value::Array(next)) = inner {
+                    dims.push(next.len());
+                    inner = next.first();
+                }
+                let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
+                out.push(format!("{path}: {}", dims.join("×")));
+            }
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| walk(v, &format!("{path}[{i}]"), out)),
+            Value::Object(map) => map.iter().for_each(|(k, v)| {
+                let path = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                walk(v, &path, out)
+            }),
+            _ => {}
+        }
+    }
+    /// An array whose innermost first elements are numbers (a tensor as JSON).
+    fn is_numeric(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::Array(items) => items
+                .first()
+                .is_some_and(|v| v.is_number() || is_numeric(v)),
+            _ => false,
+        }
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut out = Vec::new();
+    walk(&value, "", &mut out);
+    Some(out.join(", "))
+}
+
+/// The bodies' shapes ([`shape`]), where there are two or more and all are JSON.
+pub fn shapes(bodies: &[Vec<u8>]) -> Option<leaklab_judge::evidence::Shapes> {
+    if bodies.len() < 2 {
+        return None;
+    }
+    let mut distinct: Vec<String> = Vec::new();
+    for b in bodies {
+        let s = shape(b)?;
+        if !distinct.contains(&s) {
+            distinct.push(s);
+        }
+    }
+    Some(leaklab_judge::evidence::Shapes {
+        bodies: bodies.len(),
+        distinct: distinct.len(),
+        examples: distinct.into_iter().take(3).collect(),
+    })
+}
+
 fn nudge(value: &mut serde_json::Value, rng: &mut SeededRng) {
     use serde_json::Value;
     match value {
@@ -113,6 +178,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--vary needs JSON"));
+    }
+
+    #[test]
+    fn a_body_s_shape_is_its_arrays_dimensions_and_bodies_are_told_apart_by_it() {
+        let image = |h: usize, w: usize| {
+            serde_json::to_vec(&serde_json::json!({
+                "image": vec![vec![vec![0.5; w]; h]; 3],
+                "top_k": 5,
+                "meta": {"ids": [1, 2]},
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            shape(&image(97, 131)).unwrap(),
+            "image: 3×97×131, meta.ids: 2"
+        );
+        assert_eq!(shape(b"not json"), None);
+        let bodies = vec![image(8, 8), image(9, 8), image(8, 8), image(16, 4)];
+        let s = shapes(&bodies).unwrap();
+        assert_eq!((s.bodies, s.distinct), (4, 3));
+        assert_eq!(s.examples[1], "image: 3×9×8, meta.ids: 2");
+        assert_eq!(shapes(&bodies[..1]), None, "one body has one shape");
+        assert_eq!(shapes(&[image(8, 8), b"x".to_vec()]), None);
     }
 
     #[test]
