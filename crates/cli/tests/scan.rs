@@ -995,6 +995,10 @@ fn more_shapes_than_a_capped_cache_holds_cycled_read_as_churn() {
             && mechanism.contains("fewer than the 240 shapes"),
         "{mechanism}"
     );
+    assert!(
+        mechanism.contains("libtorch_cpu.so") && mechanism.contains("libraries loaded"),
+        "the process's libraries name the cache: {mechanism}"
+    );
     assert!(fix.contains("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), "{fix}");
     assert_rejudged_alike(&out, code, &report);
 }

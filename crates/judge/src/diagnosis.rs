@@ -505,27 +505,25 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
 ) -> OwnerReading {
-    owner_kept(axis, census, collector, None, &Elsewhere::nothing())
+    owner_kept(axis, census, collector, None, &Elsewhere::nothing(), &[])
 }
 
 /// [`owner`], where `kept` is what the memory kept a request through full collections before the
 /// warm-up and after the judged requests (the trim probe's, [`crate::evidence::Collected`]):
 /// with it, garbage is ruled out or not by measurement, not by the census's share. `elsewhere`:
-/// the service's other processes' agents and censuses (where a growth in one is owned).
+/// the service's other processes' agents and censuses (where a growth in one is owned);
+/// `libraries`: the shared libraries the process has mapped, which name a native mechanism as
+/// likely.
 pub fn owner_kept(
     axis: &AxisReading,
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
     kept: Option<f64>,
     elsewhere: &Elsewhere,
+    libraries: &[String],
 ) -> OwnerReading {
     let step = "request";
-    let churn = axis.churn.map(|shapes| {
-        (
-            format!("likely a per-shape kernel cache (oneDNN's primitive cache, cuDNN's plan cache) that holds fewer than the {shapes} shapes sent: it evicts and rebuilds them (churn); named from the axis and the shapes, not traced (--native names it from its frames)"),
-            format!("raise the cache's capacity above the {shapes} shapes' kernels (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT), or bucket or pad the inputs to fewer shapes than it holds"),
-        )
-    });
+    let native = native_mechanism(axis, libraries);
     let weighed = census_owner(
         &Weighed {
             per_step: axis.judged.slope.bytes_per_request,
@@ -535,10 +533,7 @@ pub fn owner_kept(
             python_mechanism: format!(
                 "a Python holder reachable from a root keeps what each {step} leaves"
             ),
-            native: match &churn {
-                Some((mechanism, fix)) => (mechanism.as_str(), fix.as_str()),
-                None => native_mechanism(axis.axis),
-            },
+            native: (native.0.as_str(), native.1.as_str()),
             without: (
                 "Python or native: not told apart without the agent's census (mount it and scan with --agent)",
                 "scan again with --agent to name the owner, and with --collect to tell garbage the collector frees from a leak",
@@ -609,7 +604,7 @@ pub fn other_process(
                 kept: None,
                 python_mechanism:
                     "a Python holder in a worker process keeps what each request gives it".into(),
-                native: native_mechanism(Axis::PerRequest),
+                native: NATIVE_PER_REQUEST,
                 without: ("", ""),
             },
             Some(census),
@@ -858,27 +853,66 @@ pub fn census_owner(
     }
 }
 
-/// What native growth along `axis` usually is, and what to do about it; the native trace
-/// (`--native`) names the stacks where the agent allows it.
-fn native_mechanism(axis: Axis) -> (&'static str, &'static str) {
-    match axis {
+/// Native memory kept per request, and what names it.
+const NATIVE_PER_REQUEST: (&str, &str) = (
+    "native memory kept per request, reachable from no Python tensor",
+    "--native (the agent's native trace) names the allocating stacks",
+);
+
+/// Libraries whose mapping in the process names a native cache keyed by input as likely: a
+/// part of the library's file name, and the cache.
+const CACHES: [(&str, &str); 4] = [
+    (
+        "libtorch_cpu",
+        "oneDNN's primitive cache (PyTorch builds oneDNN into libtorch_cpu.so)",
+    ),
+    ("libcudnn", "cuDNN's execution-plan cache (libcudnn)"),
+    ("onnxruntime", "ONNX Runtime's arena (onnxruntime)"),
+    ("tokenizers", "a tokenizer's cache (the tokenizers library)"),
+];
+
+/// What native growth along `axis` usually is, and what to do about it, named as likely from
+/// the axis (and the bodies' shapes, and the `libraries` the process has mapped, where they
+/// name a cache); the native trace (`--native`) names the stacks where the agent allows it.
+fn native_mechanism(axis: &AxisReading, libraries: &[String]) -> (String, String) {
+    let loaded: Vec<&str> = CACHES
+        .iter()
+        .filter(|(needle, _)| libraries.iter().any(|l| l.contains(needle)))
+        .map(|(_, cache)| *cache)
+        .collect();
+    let (caches, from) = if loaded.is_empty() {
+        (
+            "a per-shape kernel cache such as oneDNN's primitive cache or cuDNN's plan cache, a tokenizer's cache".to_string(),
+            "",
+        )
+    } else {
+        (
+            format!("of the libraries loaded: {}", loaded.join("; ")),
+            " and the libraries loaded",
+        )
+    };
+    if let Some(shapes) = axis.churn {
+        return (
+            format!("likely a per-shape kernel cache that holds fewer than the {shapes} shapes sent ({caches}): it evicts and rebuilds them (churn); named from the axis, the shapes{from}, not traced (--native names it from its frames)"),
+            format!("raise the cache's capacity above the {shapes} shapes' kernels (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT), or bucket or pad the inputs to fewer shapes than it holds"),
+        );
+    }
+    let (mechanism, fix) = match axis.axis {
         Axis::PerNewInput => (
-            "likely a native cache keyed by input (a per-shape kernel cache such as oneDNN's primitive cache or cuDNN's plan cache, a tokenizer's cache): named from the axis, not traced",
+            format!("likely a native cache keyed by input ({caches}): named from the axis{from}, not traced"),
             "bucket or pad inputs to a few shapes, or cap the cache (oneDNN: ONEDNN_PRIMITIVE_CACHE_CAPACITY, LRU_CACHE_CAPACITY; cuDNN: TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT); --native names the allocating stacks",
         ),
         Axis::PerNewThread => (
-            "native per-thread state kept by every thread that ran the model (allocator arenas, thread-local caches)",
+            "native per-thread state kept by every thread that ran the model (allocator arenas, thread-local caches)".to_string(),
             "run the model on a fixed pool of threads, not a thread per request (MALLOC_ARENA_MAX bounds glibc's arenas)",
         ),
         Axis::GivenBack => (
-            "the allocator keeps freed memory for reuse (glibc's arenas, one per thread that allocates)",
+            "the allocator keeps freed memory for reuse (glibc's arenas, one per thread that allocates)".to_string(),
             "nothing leaks; to return it: malloc_trim(0) after bursts, MALLOC_ARENA_MAX=2, or a pinned M_MMAP_THRESHOLD",
         ),
-        _ => (
-            "native memory kept per request, reachable from no Python tensor",
-            "--native (the agent's native trace) names the allocating stacks",
-        ),
-    }
+        _ => (NATIVE_PER_REQUEST.0.to_string(), NATIVE_PER_REQUEST.1),
+    };
+    (mechanism, fix.to_string())
 }
 
 /// The report's first lines: verdict, axis, owner, mechanism, fix.
@@ -1194,6 +1228,26 @@ mod tests {
             "{}",
             owner.fix
         );
+        // The libraries the process mapped name the cache, as likely.
+        let libraries = ["libc.so.6".to_string(), "libtorch_cpu.so".to_string()];
+        let named = owner_kept(
+            &a,
+            Some(&nothing),
+            None,
+            None,
+            &Elsewhere::nothing(),
+            &libraries,
+        );
+        assert!(
+            named
+                .mechanism
+                .contains("of the libraries loaded: oneDNN's primitive cache")
+                && named
+                    .mechanism
+                    .contains("the shapes and the libraries loaded, not traced"),
+            "{}",
+            named.mechanism
+        );
         // Still climbing on shapes already seen: per request, not per shape, no churn.
         let climbing = judged(|i| 200_000 * i as i64, 400);
         let mut b = axis(
@@ -1485,6 +1539,7 @@ mod tests {
                 agents: &agents,
                 censuses: &BTreeMap::new(),
             },
+            &[],
         );
         assert!(
             served
@@ -1574,6 +1629,7 @@ mod tests {
             Some(&on),
             Some(12_000.0),
             &Elsewhere::nothing(),
+            &[],
         );
         assert_eq!(kept.owner, Owner::Native, "{}", kept.words);
         assert!(

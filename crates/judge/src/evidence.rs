@@ -73,6 +73,10 @@ pub struct Evidence {
     /// The bodies' shapes, where they are JSON and more than one (absent before it was kept).
     #[serde(default)]
     pub shapes: Option<Shapes>,
+    /// The shared libraries the scanned process has mapped (their file names), where it was
+    /// read: they name a native mechanism as likely.
+    #[serde(default)]
+    pub libraries: Vec<String>,
     pub series: Vec<Series>,
     /// The repeat phase (inputs already seen, sent again), by series; empty where it did not run.
     #[serde(default)]

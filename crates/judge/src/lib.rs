@@ -350,6 +350,7 @@ fn explain(
             agents: &evidence.agents,
             censuses: &evidence.worker_censuses,
         },
+        &evidence.libraries,
     );
     if let Some(native) = &evidence.native {
         if let Some(h) = native.holders.first() {
@@ -399,6 +400,7 @@ mod tests {
             inputs: diagnosis::Inputs::Same,
             distinct_inputs: 1,
             shapes: None,
+            libraries: Vec::new(),
             series: vec![Series {
                 name: "anonymous".into(),
                 kind: Kind::Host,

@@ -206,6 +206,29 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
+/// The shared libraries `pid` has mapped: the file names (no folder) of the mappings in
+/// `/proc/PID/maps` that name a `.so`, each once, sorted.
+pub fn libraries(pid: u32) -> io::Result<Vec<String>> {
+    Ok(parse_libraries(&std::fs::read_to_string(format!(
+        "/proc/{pid}/maps"
+    ))?))
+}
+
+/// [`libraries`] from the text of a `maps` file.
+pub fn parse_libraries(maps: &str) -> Vec<String> {
+    let mut names: Vec<String> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.starts_with('/'))
+        .filter_map(|path| path.rsplit('/').next())
+        .filter(|name| name.ends_with(".so") || name.contains(".so."))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The machine's memory (`MemTotal:` of `/proc/meminfo`).
 pub fn mem_total() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -335,6 +358,21 @@ fn read_number(path: &Path) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_libraries_mapped_are_named_once_each() {
+        let maps = "\
+7f00-7f10 r--p 00000000 08:01 1 /venv/torch/lib/libtorch_cpu.so
+7f10-7f20 r-xp 00010000 08:01 1 /venv/torch/lib/libtorch_cpu.so
+7f20-7f30 r--p 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f30-7f40 rw-p 00000000 00:00 0 
+7f40-7f50 r--p 00000000 08:01 3 /usr/bin/python3.11
+7f50-7f60 rw-p 00000000 00:00 0 [heap]
+";
+        assert_eq!(parse_libraries(maps), ["libc.so.6", "libtorch_cpu.so"]);
+        let own = libraries(std::process::id()).unwrap();
+        assert!(own.iter().any(|l| l.starts_with("libc.so")), "{own:?}");
+    }
     use super::*;
 
     #[test]

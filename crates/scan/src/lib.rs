@@ -552,6 +552,15 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             _ => options.target.bodies.len().max(1),
         },
         shapes: load::shapes(&options.target.bodies),
+        // The scanned process's libraries, where it is named: a native mechanism's likely name.
+        libraries: options
+            .signals
+            .iter()
+            .find_map(|s| match s {
+                Signal::Process { pid } => leaklab_proc::libraries(*pid).ok(),
+                _ => None,
+            })
+            .unwrap_or_default(),
         tree: options.signals.iter().find_map(|s| match s {
             Signal::Process { pid } => Some(evidence::Tree {
                 root: *pid,
@@ -852,6 +861,7 @@ impl State {
             inputs: diagnosis::Inputs::Same,
             distinct_inputs: 1,
             shapes: None,
+            libraries: Vec::new(),
             series: self
                 .series
                 .iter()
