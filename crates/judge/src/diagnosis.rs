@@ -700,8 +700,21 @@ pub fn python_objects(owner: OwnerReading, per_step: f64, trace: &PyTrace) -> Ow
     let Some(kept) = trace.kept_per_request() else {
         return owner;
     };
-    if owner.owner != Owner::Native || per_step <= 0.0 || kept < PYTHON_SHARE * per_step {
+    if owner.owner != Owner::Native || per_step <= 0.0 {
         return owner;
+    }
+    if kept < PYTHON_SHARE * per_step {
+        // Native stands, and says what it ruled out.
+        return OwnerReading {
+            words: format!(
+                "{}; Python objects ruled out: the agent's Python trace (tracemalloc, {} requests) kept {} a request of the {} (under a quarter)",
+                owner.words,
+                trace.requests,
+                human_bytes(kept),
+                human_bytes(per_step)
+            ),
+            ..owner
+        };
     }
     let line = trace.top_line().unwrap_or_else(|| "an unnamed line".into());
     owner.instead(
@@ -1020,10 +1033,18 @@ mod tests {
             "{}",
             read.fix
         );
+        let beside = python_objects(native(), 100_000.0, &trace);
         assert_eq!(
-            python_objects(native(), 100_000.0, &trace).owner,
+            beside.owner,
             Owner::Native,
             "4.4 kB of 100 kB a request is beside the point"
+        );
+        assert!(
+            beside
+                .words
+                .contains("Python objects ruled out: the agent's Python trace (tracemalloc, 88 requests) kept 4.40 kB a request"),
+            "{}",
+            beside.words
         );
         // A request's input in flight at one snapshot: 1.34 MB in 2 blocks (onnxruntime_arena).
         let in_flight = PyTrace {
