@@ -34,13 +34,17 @@ pub const HOST_NOISE_FLOOR: f64 = 64.0 * 1024.0;
 pub const REPEAT_SHARE: f64 = 0.5;
 
 /// The share of the memory under which a growth is read as the service settling: see [`crate::diagnosis::settled`].
+/// Not set by the corpus: it changes the axis of a growth that does not fail, never a verdict,
+/// and the corpus's measures (false alarms, leaks found with their axis) read verdicts; set by
+/// hand from the zoo's readings (`settled`'s comment).
 pub const SETTLED_SHARE: f64 = 0.01;
 
 /// A plateau under this share of the memory that the trim probe shows was free memory the
 /// allocator kept is the service settling too (see [`crate::diagnosis::given_back`]). A zoo fixed twin under CI's
 /// load rose 3.88 MB (1.1 % of ~350 MB) and its allocator returned 18.2 MB, where the same twin
 /// holds 10-19 MB free in every run, flat or not (16 runs); the smallest given-back cause
-/// measured rose 1.53 % (glibc's arenas, 9.6 MB).
+/// measured rose 1.53 % (glibc's arenas, 9.6 MB). Not set by the corpus: an axis, never a
+/// verdict (as [`SETTLED_SHARE`]); set by hand from those readings.
 pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
 
 /// How many times a bounded rise the allocator must return when asked for the growth to count
@@ -49,7 +53,9 @@ pub const SETTLED_GIVEN_BACK_SHARE: f64 = 0.02;
 /// returns about its own rise; memory nothing holds returns far more. Measured on the zoo
 /// (five runs each, 2026-12-05): a capped per-shape cache returned 0.99 to 1.16 times its judged
 /// rise, oneDNN's default cache 0.68 to 0.93 times (the axis, per new input, stands), glibc's
-/// arenas on pool threads 8.7 to 11 times.
+/// arenas on pool threads 8.7 to 11 times. Not set by the corpus: it names the axis of a growth
+/// that stopped, never a verdict, and no subject of the corpus is the allocator's to give back;
+/// set by hand between those readings.
 pub const GIVEN_BACK_SHARE: f64 = 2.0;
 
 /// A failing growth is the collector's garbage where, after the trim probe's full collection
