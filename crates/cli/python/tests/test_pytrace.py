@@ -121,7 +121,10 @@ def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
     doc = result["doc"]
     assert doc["between_requests"], doc["note"]
     assert doc["note"] is None, doc["note"]
-    assert kept_per_request(doc) < 100, doc["top"][:5]
+    # The body's own lines kept nothing. (The window traces the whole process: in a full pytest
+    # run, other tests' threads allocate beside it, 27 blocks of tempfile's once.)
+    ours = [line for line in doc["top"] if line["file"] == __file__ and line["blocks"] >= doc["requests"] / 4]
+    assert not ours, ours
 
 
 def test_a_process_that_already_traces_is_read_and_left_tracing() -> None:
