@@ -365,7 +365,7 @@ mod tests {
 7f00-7f10 r--p 00000000 08:01 1 /venv/torch/lib/libtorch_cpu.so
 7f10-7f20 r-xp 00010000 08:01 1 /venv/torch/lib/libtorch_cpu.so
 7f20-7f30 r--p 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6
-7f30-7f40 rw-p 00000000 00:00 0 
+7f30-7f40 rw-p 00000000 00:00 0
 7f40-7f50 r--p 00000000 08:01 3 /usr/bin/python3.11
 7f50-7f60 rw-p 00000000 00:00 0 [heap]
 ";
