@@ -16,6 +16,7 @@
 //! counted ([`limit`]).
 
 use anyhow::{bail, Context, Result};
+use leaklab_detect::Verdict;
 use leaklab_judge::evidence::Evidence;
 use leaklab_judge::{judge_with, Outcome, Thresholds};
 use leaklab_scan::recording::Recording;
@@ -197,6 +198,15 @@ pub struct Trial {
     pub owner: Option<String>,
     /// Whether the recording holds the agent's readings ([`looked_inside`]).
     pub inside: bool,
+    /// The census's share of the growth, where the owner rule weighed one.
+    pub census_share: Option<f64>,
+    /// Where it failed with a repeat phase: the repeats' upper bound over the new inputs'
+    /// slope ([`leaklab_judge::diagnosis::repeats_high`]), and whether the repeats leak
+    /// themselves.
+    pub repeats: Option<(f64, bool)>,
+    /// Of each host series the detector read as a leak, with full collections at both ends:
+    /// what it kept through them as a share of what its slope adds between them.
+    pub kept_shares: Vec<f64>,
 }
 
 impl Trial {
@@ -266,6 +276,32 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
             (s.name.clone(), residual_noise(&judged))
         })
         .collect();
+    let repeats = j
+        .axis
+        .as_ref()
+        .filter(|a| j.outcome == Outcome::Fail && a.judged.slope.bytes_per_request > 0.0)
+        .and_then(|a| {
+            let kind = w.series.iter().find(|s| s.name == a.series)?.kind;
+            let r = leaklab_judge::repeats(&w, &a.series, kind, t)?;
+            Some((
+                leaklab_judge::diagnosis::repeats_high(&r) / a.judged.slope.bytes_per_request,
+                r.verdict == Verdict::Leak,
+            ))
+        });
+    let kept_shares = w.collected.as_ref().map_or(Vec::new(), |collected| {
+        j.series
+            .iter()
+            .filter_map(|s| {
+                let judged = s
+                    .judgement
+                    .as_ref()
+                    .filter(|j| j.verdict == Verdict::Leak)?;
+                let (kept, requests) = collected.kept(&s.series)?;
+                let added = judged.slope.bytes_per_request * requests as f64;
+                (added > 0.0).then(|| kept as f64 / added)
+            })
+            .collect()
+    });
     Trial {
         regime: e.regime.clone(),
         side: Side::of(&e.subject),
@@ -276,8 +312,11 @@ pub fn trial(e: &Entry, n: usize, t: &Thresholds) -> Trial {
         axis: j.axis.map(|a| leaklab_judge::diagnosis::kebab(a.axis)),
         fails,
         noise,
+        census_share: j.owner.as_ref().and_then(|o| o.census_share),
         owner: j.owner.map(|o| leaklab_judge::diagnosis::kebab(o.owner)),
         inside: looked_inside(&e.scan.evidence),
+        repeats,
+        kept_shares,
     }
 }
 
@@ -480,7 +519,7 @@ pub fn table(entries: &[Entry]) -> String {
             "the largest of a cache keyed by input",
             "at most",
             "the smallest of a leak per request whose repeats are not a leak themselves",
-            repeat_share_bounds(entries),
+            repeat_share_bounds(&trials),
             th::REPEAT_SHARE,
         ),
         (
@@ -490,7 +529,7 @@ pub fn table(entries: &[Entry]) -> String {
             "the largest of a must-pass subject that keeps nothing",
             "under",
             "the smallest of a leak",
-            garbage_kept_share_bounds(entries),
+            garbage_kept_share_bounds(&trials),
             th::GARBAGE_KEPT_SHARE,
         ),
         (
@@ -500,7 +539,7 @@ pub fn table(entries: &[Entry]) -> String {
             "the largest of a leak the C allocator holds",
             "at most",
             "the smallest of a leak of tensors Python holds",
-            python_share_bounds(entries),
+            python_share_bounds(&trials),
             th::PYTHON_SHARE,
         ),
         (
@@ -710,87 +749,47 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
     (lower, upper)
 }
 
-/// REPEAT_SHARE's bounds, re-derived from the calibration recordings at each window they are
-/// judged at, over the leaks that fail with new inputs and a repeat phase: the ratio of the
-/// repeats' upper bound ([`leaklab_judge::diagnosis::repeats_high`]) to the new inputs' slope.
-/// At least the largest ratio among subjects built per new input (each must read per new input:
-/// ratio under the share), at most the smallest among those built per request whose repeats
-/// are not a leak themselves (each must not). `None` for a side with no such recording.
-pub fn repeat_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
-    let t = Thresholds::default();
+/// REPEAT_SHARE's bounds, re-derived from the calibration trials, over the leaks that failed
+/// with new inputs and a repeat phase: the ratio of the repeats' upper bound to the new inputs'
+/// slope ([`Trial::repeats`]). At least the largest ratio among subjects built per new input
+/// (each must read per new input: ratio under the share), at most the smallest among those built
+/// per request whose repeats are not a leak themselves (each must not). `None` for a side with
+/// no such trial.
+pub fn repeat_share_bounds(trials: &[Trial]) -> (Option<f64>, Option<f64>) {
     let mut per_new_input: Option<f64> = None;
     let mut per_request: Option<f64> = None;
-    for e in entries
+    for t in trials
         .iter()
-        .filter(|e| !e.truth.must_pass && Side::of(&e.subject) == Side::Calibration)
+        .filter(|t| !t.truth.must_pass && t.side == Side::Calibration)
     {
-        for n in windows(&e.scan.evidence) {
-            let w = window(&e.scan.evidence, n);
-            let j = judge_with(&w, None, &t);
-            let Some(a) = j.axis.filter(|_| j.outcome == Outcome::Fail) else {
-                continue;
-            };
-            let Some(kind) = w.series.iter().find(|s| s.name == a.series).map(|s| s.kind) else {
-                continue;
-            };
-            let Some(r) = leaklab_judge::repeats(&w, &a.series, kind, &t) else {
-                continue;
-            };
-            let per = a.judged.slope.bytes_per_request;
-            if per <= 0.0 {
-                continue;
-            }
-            let ratio = leaklab_judge::diagnosis::repeats_high(&r) / per;
-            match e.truth.axis.as_str() {
-                "per-new-input" => most(&mut per_new_input, ratio),
-                "per-request" if r.verdict != leaklab_detect::Verdict::Leak => {
-                    least(&mut per_request, ratio)
-                }
-                _ => {}
-            }
+        let Some((ratio, leak)) = t.repeats else {
+            continue;
+        };
+        match t.truth.axis.as_str() {
+            "per-new-input" => most(&mut per_new_input, ratio),
+            "per-request" if !leak => least(&mut per_request, ratio),
+            _ => {}
         }
     }
     (per_new_input, per_request)
 }
 
-/// GARBAGE_KEPT_SHARE's bounds, re-derived from the calibration recordings that hold full
+/// GARBAGE_KEPT_SHARE's bounds, re-derived from the calibration trials that hold full
 /// collections at both ends (`--collect`), over their host series that the detector read as a
 /// leak: the share of what the slope adds over the requests between the collections that the
-/// series kept through them. At least the largest share among must-pass subjects that keep
-/// nothing (no bound: what grew there is garbage or free memory, and each must pass), under the
-/// smallest among leaks (each must not). `None` for a side with no such recording.
-pub fn garbage_kept_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
-    let t = Thresholds::default();
+/// series kept through them ([`Trial::kept_shares`]). At least the largest share among
+/// must-pass subjects that keep nothing (no bound: what grew there is garbage or free memory,
+/// and each must pass), under the smallest among leaks (each must not). `None` for a side with
+/// no such trial.
+pub fn garbage_kept_share_bounds(trials: &[Trial]) -> (Option<f64>, Option<f64>) {
     let mut must_pass: Option<f64> = None;
     let mut leaky: Option<f64> = None;
-    for e in entries.iter().filter(|e| {
-        Side::of(&e.subject) == Side::Calibration && e.scan.evidence.collected.is_some()
-    }) {
-        for n in windows(&e.scan.evidence) {
-            let w = window(&e.scan.evidence, n);
-            let Some(collected) = &w.collected else {
-                continue;
-            };
-            for s in judge_with(&w, None, &t).series {
-                let Some(j) = s
-                    .judgement
-                    .filter(|j| j.verdict == leaklab_detect::Verdict::Leak)
-                else {
-                    continue;
-                };
-                let Some((kept, requests)) = collected.kept(&s.series) else {
-                    continue;
-                };
-                let added = j.slope.bytes_per_request * requests as f64;
-                if added <= 0.0 {
-                    continue;
-                }
-                let share = kept as f64 / added;
-                if e.truth.must_pass && e.truth.bound_bytes == 0 {
-                    most(&mut must_pass, share);
-                } else {
-                    least(&mut leaky, share);
-                }
+    for t in trials.iter().filter(|t| t.side == Side::Calibration) {
+        for &share in &t.kept_shares {
+            if t.truth.must_pass && t.truth.bound_bytes == 0 {
+                most(&mut must_pass, share);
+            } else {
+                least(&mut leaky, share);
             }
         }
     }
@@ -834,35 +833,26 @@ pub fn traced_blocks_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
     (nothing, leaky)
 }
 
-/// PYTHON_SHARE's bounds, re-derived from the calibration recordings with the agent's census:
-/// over the leaks found, the census's share of the growth (what the owner rule weighs). Above
-/// the largest among leaks the C allocator holds (each must read native), at most the smallest
-/// among leaks of tensors Python holds (each must read Python; a leak of other Python objects is
-/// the Python trace's to name, the census holds none of it). `None` for a side with no such
-/// recording.
-pub fn python_share_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
-    let t = Thresholds::default();
+/// PYTHON_SHARE's bounds, re-derived from the calibration trials with the agent's census: over
+/// the leaks found, the census's share of the growth (what the owner rule weighs,
+/// [`Trial::census_share`]). Above the largest among leaks the C allocator holds (each must
+/// read native), at most the smallest among leaks of tensors Python holds (each must read
+/// Python; a leak of other Python objects is the Python trace's to name, the census holds none
+/// of it). `None` for a side with no such trial.
+pub fn python_share_bounds(trials: &[Trial]) -> (Option<f64>, Option<f64>) {
     let mut native: Option<f64> = None;
     let mut python: Option<f64> = None;
-    for e in entries.iter().filter(|e| {
-        !e.truth.must_pass
-            && Side::of(&e.subject) == Side::Calibration
-            && e.scan.evidence.census.is_some()
-    }) {
-        for n in windows(&e.scan.evidence) {
-            let tr = trial(e, n, &t);
-            if !tr.found(None) {
-                continue;
-            }
-            let j = judge_with(&window(&e.scan.evidence, n), None, &t);
-            let Some(share) = j.owner.and_then(|o| o.census_share) else {
-                continue;
-            };
-            match e.truth.owner.as_str() {
-                "native" => most(&mut native, share),
-                "python" if e.truth.tensors => least(&mut python, share),
-                _ => {}
-            }
+    for t in trials
+        .iter()
+        .filter(|t| !t.truth.must_pass && t.side == Side::Calibration && t.found(None))
+    {
+        let Some(share) = t.census_share else {
+            continue;
+        };
+        match t.truth.owner.as_str() {
+            "native" => most(&mut native, share),
+            "python" if t.truth.tensors => least(&mut python, share),
+            _ => {}
         }
     }
     (native, python)
@@ -958,52 +948,54 @@ mod tests {
         );
     }
 
-    /// Asserts that a threshold lies where its statistic on the calibration recordings puts
-    /// it: above the lower bound and at most the upper (`below`: at least the lower, under the
-    /// upper), each side measured.
-    #[track_caller]
-    fn assert_within(name: &str, bounds: (Option<f64>, Option<f64>), constant: f64, below: bool) {
-        let ok = match bounds {
-            (Some(l), Some(u)) if below => l <= constant && constant < u,
-            (Some(l), Some(u)) => l < constant && constant <= u,
-            _ => false,
-        };
+    /// The thresholds the corpus's trials bound, each re-derived by its statistic, the corpus
+    /// judged once: REPEAT_SHARE ([`repeat_share_bounds`]: above every cache keyed by input's
+    /// ratio, at most every leak per request's), GARBAGE_KEPT_SHARE
+    /// ([`garbage_kept_share_bounds`]: at least what every must-pass subject kept through full
+    /// collections, under what every leak kept), PYTHON_SHARE ([`python_share_bounds`]: above
+    /// every native leak's census share, at most every tensor leak's). Every one outside its
+    /// bounds is named.
+    #[test]
+    fn the_shares_are_where_the_calibration_trials_put_them() {
+        use leaklab_judge::thresholds as th;
+        let trials = trials(&read(&root().join(RECORDINGS)).expect("the corpus"));
+        // (name, bounds, constant, at least the lower and under the upper; else above and at most)
+        let checks = [
+            (
+                "REPEAT_SHARE",
+                repeat_share_bounds(&trials),
+                th::REPEAT_SHARE,
+                false,
+            ),
+            (
+                "GARBAGE_KEPT_SHARE",
+                garbage_kept_share_bounds(&trials),
+                th::GARBAGE_KEPT_SHARE,
+                true,
+            ),
+            (
+                "PYTHON_SHARE",
+                python_share_bounds(&trials),
+                th::PYTHON_SHARE,
+                false,
+            ),
+        ];
+        let outside: Vec<String> = checks
+            .iter()
+            .filter(|(_, bounds, constant, below)| match *bounds {
+                (Some(l), Some(u)) if *below => !(l <= *constant && *constant < u),
+                (Some(l), Some(u)) => !(l < *constant && *constant <= u),
+                _ => true,
+            })
+            .map(|(name, bounds, constant, _)| {
+                format!("{name} {constant} outside the calibration's bounds {bounds:?}")
+            })
+            .collect();
         assert!(
-            ok,
-            "{name} {constant} outside the calibration's bounds {bounds:?} (lab/corpus/README.md says what each measures)"
+            outside.is_empty(),
+            "{} (lab/corpus/README.md says what each measures)",
+            outside.join("; ")
         );
-    }
-
-    /// REPEAT_SHARE ([`repeat_share_bounds`]): above every cache keyed by input's ratio, at
-    /// most every leak per request's.
-    #[test]
-    fn the_repeat_share_is_where_the_calibration_recordings_put_it() {
-        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let share = leaklab_judge::thresholds::REPEAT_SHARE;
-        assert_within("REPEAT_SHARE", repeat_share_bounds(&entries), share, false);
-    }
-
-    /// GARBAGE_KEPT_SHARE ([`garbage_kept_share_bounds`]): at least what every must-pass
-    /// subject kept through full collections, under what every leak kept.
-    #[test]
-    fn the_garbage_kept_share_is_where_the_calibration_recordings_put_it() {
-        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let share = leaklab_judge::thresholds::GARBAGE_KEPT_SHARE;
-        assert_within(
-            "GARBAGE_KEPT_SHARE",
-            garbage_kept_share_bounds(&entries),
-            share,
-            true,
-        );
-    }
-
-    /// PYTHON_SHARE ([`python_share_bounds`]): above every native leak's census share, at
-    /// most every tensor leak's.
-    #[test]
-    fn the_python_share_is_where_the_calibration_recordings_put_it() {
-        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let share = leaklab_judge::thresholds::PYTHON_SHARE;
-        assert_within("PYTHON_SHARE", python_share_bounds(&entries), share, false);
     }
 
     #[test]
