@@ -1200,17 +1200,12 @@ mod tests {
             distinct: 120,
             examples: vec!["image: 3×64×64".into(), "image: 3×64×71".into()],
         };
+        // The axis over 120 bodies cycled, before the shapes are read.
+        let cycled =
+            |j: &NoisyJudgement| axis("anonymous", j, Inputs::Cycled, 120, None, None, vec![]);
         // Cycled over 120 bodies: rose 200 kB a request for 65 requests, then held.
         let filled = judged(|i| 200_000 * i.min(65) as i64, 400);
-        let mut a = axis(
-            "anonymous",
-            &filled,
-            Inputs::Cycled,
-            120,
-            None,
-            None,
-            vec![],
-        );
+        let mut a = cycled(&filled);
         assert_reads(&a, Axis::PerRequest, true);
         super::shapes(&mut a, &shapes, &filled);
         assert_eq!(a.churn, Some(120));
@@ -1271,34 +1266,18 @@ mod tests {
         );
         // Still climbing on shapes already seen: per request, not per shape, no churn.
         let climbing = judged(|i| 200_000 * i as i64, 400);
-        let mut b = axis(
-            "anonymous",
-            &climbing,
-            Inputs::Cycled,
-            120,
-            None,
-            None,
-            vec![],
-        );
+        let mut b = cycled(&climbing);
         super::shapes(&mut b, &shapes, &climbing);
         assert_eq!((b.axis, b.churn), (Axis::PerRequest, None));
         assert!(b.words.contains("not per shape"), "{}", b.words);
         // Held from the end of the first pass on: per new shape, churn not told.
         let all = judged(|i| 200_000 * i.min(120) as i64, 400);
-        let mut d = axis("anonymous", &all, Inputs::Cycled, 120, None, None, vec![]);
+        let mut d = cycled(&all);
         super::shapes(&mut d, &shapes, &all);
         assert_eq!((d.axis, d.churn), (Axis::PerNewInput, None), "{}", d.words);
         assert!(d.words.contains("memory cannot tell"), "{}", d.words);
         // One shape (a body varied): nothing said.
-        let mut c = axis(
-            "anonymous",
-            &filled,
-            Inputs::Cycled,
-            120,
-            None,
-            None,
-            vec![],
-        );
+        let mut c = cycled(&filled);
         let before = c.words.clone();
         super::shapes(
             &mut c,

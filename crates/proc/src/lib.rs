@@ -358,6 +358,7 @@ fn read_number(path: &Path) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn the_libraries_mapped_are_named_once_each() {
@@ -373,7 +374,6 @@ mod tests {
         let own = libraries(std::process::id()).unwrap();
         assert!(own.iter().any(|l| l.starts_with("libc.so")), "{own:?}");
     }
-    use super::*;
 
     #[test]
     fn smaps_rollup_fields_are_read_in_bytes() {

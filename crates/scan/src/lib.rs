@@ -544,6 +544,10 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         state.notes.push("--trim, --native and --python-trace ask the agent inside the service: give --agent too (docs/agent.md)".into());
     }
     // Everything measured, handed to the judge as one document, and kept beside the report.
+    let pid = options.signals.iter().find_map(|s| match s {
+        Signal::Process { pid } => Some(*pid),
+        _ => None,
+    });
     let evidence = Evidence {
         failing_from: state.failing_from(),
         inputs,
@@ -552,22 +556,14 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
             _ => options.target.bodies.len().max(1),
         },
         shapes: load::shapes(&options.target.bodies),
-        // The scanned process's libraries, where it is named: a native mechanism's likely name.
-        libraries: options
-            .signals
-            .iter()
-            .find_map(|s| match s {
-                Signal::Process { pid } => leaklab_proc::libraries(*pid).ok(),
-                _ => None,
-            })
+        // The scanned process's libraries: a native mechanism's likely name.
+        libraries: pid
+            .and_then(|pid| leaklab_proc::libraries(pid).ok())
             .unwrap_or_default(),
-        tree: options.signals.iter().find_map(|s| match s {
-            Signal::Process { pid } => Some(evidence::Tree {
-                root: *pid,
-                looks: state.tree.iter().map(|(x, r)| (*x, r.look())).collect(),
-                commands: tree::commands(&state.tree),
-            }),
-            _ => None,
+        tree: pid.map(|root| evidence::Tree {
+            root,
+            looks: state.tree.iter().map(|(x, r)| (*x, r.look())).collect(),
+            commands: tree::commands(&state.tree),
         }),
         census: census.clone(),
         collector: explained.collector.clone(),

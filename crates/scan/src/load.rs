@@ -126,17 +126,19 @@ pub fn shapes(bodies: &[Vec<u8>]) -> Option<leaklab_judge::evidence::Shapes> {
     if bodies.len() < 2 {
         return None;
     }
-    let mut distinct: Vec<String> = Vec::new();
+    // Distinct shapes, the first few in the order the bodies come (a folder may hold thousands).
+    let mut seen = std::collections::HashSet::new();
+    let mut examples = Vec::new();
     for b in bodies {
         let s = shape(b)?;
-        if !distinct.contains(&s) {
-            distinct.push(s);
+        if seen.insert(s.clone()) && examples.len() < 3 {
+            examples.push(s);
         }
     }
     Some(leaklab_judge::evidence::Shapes {
         bodies: bodies.len(),
-        distinct: distinct.len(),
-        examples: distinct.into_iter().take(3).collect(),
+        distinct: seen.len(),
+        examples,
     })
 }
 
