@@ -207,6 +207,11 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("paddle_billing", "paddle-python-sdk==1.10.0"),
     // The agent's native trace (leaklab[native]) and its tests.
     ("memray", "memray==1.20.0"),
+    // The servers people run (docs/servers.md), at the versions their tests were written on:
+    // LitServe's inference workers, gunicorn with uvicorn's worker class.
+    ("litserve", "litserve==0.2.19"),
+    ("gunicorn", "gunicorn==27.0.1"),
+    ("uvicorn_worker", "uvicorn-worker==0.4.0"),
 ];
 
 /// The requirements of `packages` (module to import, pip requirement) that `python` does not

@@ -1157,3 +1157,77 @@ fn a_worker_that_serves_its_own_agent_has_its_holder_named_through_the_servers_a
         assert_rejudged_alike(&out, c, &report);
     }
 }
+
+/// The servers people run, from PyPI at the versions `cargo xtask test` pins
+/// (crates/cli/python/tests/servers.py, docs/servers.md), each with two worker processes
+/// sharing one workers folder, scanned through the server's own port and agent alone. A leaky
+/// one keeps every output in the worker that ran it: it fails, and its owner line names the
+/// holder inside the workers, from their own censuses (main said "look inside that process",
+/// or named one worker's holder under an owner line that called the service flat). A fixed
+/// one passes.
+fn server_scanned(framework: &str, holder: &str) {
+    let found = Command::new(python())
+        .args(["-c", "import litserve, gunicorn, uvicorn_worker"])
+        .status()
+        .unwrap();
+    if !found.success() {
+        return skip_missing(
+            &format!("the {framework} server's scan test"),
+            "litserve, gunicorn and uvicorn-worker (`cargo xtask test` installs them)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let body = body(dir.path());
+    for (variant, code) in [("leaky", 1), ("fixed", 0)] {
+        let folder = dir.path().join(format!("workers-{variant}"));
+        let mut c = Command::new(python());
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/servers.py"))
+            .args([framework, "--variant", variant])
+            .env("LEAKLAB_WORKERS_DIR", &folder);
+        let s = Service::start_bound(c);
+        let out = dir.path().join(variant);
+        let agent = format!("{}/debug/leaklab", s.base);
+        // The scan's default counts, as a user runs it: at 300 requests LitServe's workers
+        // kept their 4 kB a request each within the free heap they started with (read "PASS,
+        // rss plateau" once, with the census naming the holder at 8.19 kB a request).
+        let flags = ["--pid", &s.pid(), "--agent", &agent];
+        let (c, report, stderr) = scan(&format!("{}/predict", s.base), &body, &out, &flags);
+        let said = format!(
+            "{framework} {variant}: {}\n{}\n{stderr}",
+            report["axis"], report["owner"]
+        );
+        assert_eq!(c, code, "{said}");
+        if variant == "leaky" {
+            let named = report["owner"]["holder"].as_str().unwrap_or_default();
+            assert!(named.contains(holder), "{said}");
+            // Named from the censuses of the workers that grew, each taken in its own process:
+            // in the workers (the tree's axis), or summed over them where the tree read the
+            // growth whole.
+            let words = report["owner"]["words"].as_str().unwrap();
+            match report["owner"]["owner"].as_str() {
+                Some("other-process") => assert!(words.contains("whose own agent"), "{said}"),
+                Some("python") => assert!(
+                    words.contains("each census taken in its own process"),
+                    "{said}"
+                ),
+                _ => panic!("{said}"),
+            }
+        }
+        assert_rejudged_alike(&out, c, &report);
+    }
+}
+
+#[test]
+fn litserve_inference_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
+    server_scanned("litserve", "'lit_api'.outputs");
+}
+
+#[test]
+fn gunicorn_uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
+    server_scanned("gunicorn", "servers.OUTPUTS");
+}
+
+#[test]
+fn uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
+    server_scanned("uvicorn", "servers.OUTPUTS");
+}

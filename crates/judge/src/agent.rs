@@ -232,6 +232,10 @@ pub fn siblings(grown: Vec<Growth>, steps: u64) -> Vec<Growth> {
 /// Who holds what accumulated between two censuses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CensusDiff {
+    /// The process both censuses were taken in (absent where they were not one process's, and
+    /// in recordings made before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// Requests (or calls) between the two censuses.
     pub steps: u64,
     /// Holders whose held bytes, tensors or graph nodes grew, most bytes first.
@@ -385,6 +389,7 @@ pub fn diff(before: &Census, after: &Census, steps: u64) -> CensusDiff {
         }
     }
     CensusDiff {
+        pid: (before.pid == after.pid).then_some(after.pid),
         steps,
         grown,
         total_bytes: total(after) - total(before),
@@ -412,6 +417,82 @@ fn heap_growth(before: &Census, after: &Census) -> Option<HeapGrowth> {
         blocks: b.blocks - a.blocks,
         types,
     })
+}
+
+/// The service's census, process by process: `own`, the census through the agent the scan was
+/// given (where it compared two censuses of one process), and `workers`, each other process's
+/// census through its own agent, by PID. Holders of the same name and kind in several processes
+/// are summed (a worker pool runs the same code in each worker, each keeping its share), so the
+/// whole growth is weighed against the whole service's; the steps are the looks' own, which all
+/// the censuses share. The sum is no one process's (`pid` None).
+pub fn merged(own: Option<&CensusDiff>, workers: &BTreeMap<u32, CensusDiff>) -> Option<CensusDiff> {
+    if workers.is_empty() {
+        return own.cloned();
+    }
+    // A worker's census through its own agent is the same process's as `own` where the agent
+    // the scan was given answered from that worker: counted once.
+    let mut all = own.into_iter().chain(
+        workers
+            .iter()
+            .filter(|(pid, _)| own.is_none_or(|o| o.pid != Some(**pid)))
+            .map(|(_, c)| c),
+    );
+    let mut sum = all.next()?.clone();
+    for c in all {
+        sum.pid = None;
+        for g in &c.grown {
+            match sum
+                .grown
+                .iter_mut()
+                .find(|s| (&s.holder, &s.kind) == (&g.holder, &g.kind))
+            {
+                Some(s) => {
+                    s.bytes += g.bytes;
+                    s.tensors += g.tensors;
+                    s.graph_nodes += g.graph_nodes;
+                    s.bytes_after += g.bytes_after;
+                    s.entries = s.entries.zip(g.entries).map(|(a, b)| a + b);
+                }
+                None => sum.grown.push(g.clone()),
+            }
+        }
+        sum.steps = sum.steps.max(c.steps);
+        sum.total_bytes += c.total_bytes;
+        sum.total_tensors += c.total_tensors;
+        sum.total_graph_nodes += c.total_graph_nodes;
+        sum.census_seconds.0 = sum.census_seconds.0.max(c.census_seconds.0);
+        sum.census_seconds.1 = sum.census_seconds.1.max(c.census_seconds.1);
+        sum.notes.extend(c.notes.iter().cloned());
+        sum.heap = sum.heap.zip(c.heap.as_ref()).map(|(a, b)| {
+            let mut types: BTreeMap<String, i64> = a.types.into_iter().collect();
+            for (name, n) in &b.types {
+                *types.entry(name.clone()).or_default() += n;
+            }
+            let mut types: Vec<(String, i64)> = types.into_iter().collect();
+            types.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+            types.truncate(HEAP_TYPES);
+            HeapGrowth {
+                objects: a.objects + b.objects,
+                blocks: a.blocks + b.blocks,
+                types,
+            }
+        });
+    }
+    for g in &mut sum.grown {
+        g.bytes_per_step = g.bytes as f64 / sum.steps.max(1) as f64;
+    }
+    sum.grown
+        .sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.holder.cmp(&b.holder)));
+    Some(sum)
+}
+
+/// The processes whose census grew `holder`, by PID, from [`merged`]'s `workers`.
+pub fn holding(workers: &BTreeMap<u32, CensusDiff>, holder: &str) -> Vec<u32> {
+    workers
+        .iter()
+        .filter(|(_, c)| c.grown.iter().any(|g| g.holder == holder && g.bytes > 0))
+        .map(|(pid, _)| *pid)
+        .collect()
 }
 
 impl CensusDiff {

@@ -524,6 +524,10 @@ pub fn owner_kept(
 ) -> OwnerReading {
     let step = "request";
     let native = native_mechanism(axis, libraries);
+    // Each process's census counts, where the service's processes serve agents of their own (a
+    // worker pool's growth is spread over its workers, each keeping its share).
+    let merged = crate::agent::merged(census, elsewhere.censuses);
+    let census = merged.as_ref();
     let weighed = census_owner(
         &Weighed {
             per_step: axis.judged.slope.bytes_per_request,
@@ -570,35 +574,67 @@ pub fn owner_kept(
             reading
         }
         Axis::OtherProcess => {
-            let child = axis
+            let grew: Vec<&ProcessGrowth> = axis
                 .processes
                 .iter()
-                .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
-            other_process(weighed, child, "scan", elsewhere)
+                .filter(|p| !p.root && p.verdict == Some(Verdict::Leak))
+                .collect();
+            other_process(weighed, &grew, "scan", elsewhere)
         }
-        _ => weighed,
+        _ => held_in(weighed, elsewhere),
     }
 }
 
-/// The owner of a growth in a process beside the serving ones (a worker, a child), `grew` the
-/// one that grew, for the scan and the watch alike; `tool`, the command that looks inside it.
+/// A Python owner's words say which of the service's processes hold it, where their censuses
+/// were taken through their own agents.
+fn held_in(reading: OwnerReading, elsewhere: &Elsewhere) -> OwnerReading {
+    let Some(holder) = reading
+        .holder
+        .as_deref()
+        .filter(|_| reading.owner == Owner::Python)
+    else {
+        return reading;
+    };
+    let pids = crate::agent::holding(elsewhere.censuses, holder);
+    if pids.is_empty() {
+        return reading;
+    }
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let words = format!(
+        "{}, in process{} {} of the service (each census taken in its own process, through the agent it serves)",
+        reading.words,
+        if pids.len() == 1 { "" } else { "es" },
+        pids.join(" and ")
+    );
+    OwnerReading { words, ..reading }
+}
+
+/// The owner of a growth in processes beside the serving ones (workers, children), `grew` those
+/// that grew, for the scan and the watch alike; `tool`, the command that looks inside one.
 pub fn other_process(
     weighed: OwnerReading,
-    grew: Option<&ProcessGrowth>,
+    grew: &[&ProcessGrowth],
     tool: &str,
     elsewhere: &Elsewhere,
 ) -> OwnerReading {
-    let who = grew.map_or("another process of the service".into(), |c| {
-        format!("process {} ({})", c.pid, c.command)
-    });
-    let pid = grew.map_or(0, |c| c.pid);
     let agents = elsewhere.agents;
-    if let (Some(g), Some(census)) = (grew, elsewhere.censuses.get(&pid)) {
-        // That process serves an agent of its own and its census was taken: the owner inside it,
-        // by the one rule, weighed against that process's own growth a request.
+    // The ones that serve an agent of their own and whose census was taken: the owner inside
+    // them, by the one rule, their censuses summed and weighed against their growth summed
+    // (LitServe's workers share the requests, each keeping its own part).
+    let looked: Vec<&ProcessGrowth> = grew
+        .iter()
+        .copied()
+        .filter(|g| elsewhere.censuses.contains_key(&g.pid))
+        .collect();
+    if !looked.is_empty() {
+        let censuses: BTreeMap<u32, CensusDiff> = looked
+            .iter()
+            .map(|g| (g.pid, elsewhere.censuses[&g.pid].clone()))
+            .collect();
+        let census = crate::agent::merged(None, &censuses);
         let inside = census_owner(
             &Weighed {
-                per_step: g.bytes_per_request,
+                per_step: looked.iter().map(|g| g.bytes_per_request).sum(),
                 step: "request",
                 steps: None,
                 kept: None,
@@ -607,18 +643,39 @@ pub fn other_process(
                 native: NATIVE_PER_REQUEST,
                 without: ("", ""),
             },
-            Some(census),
+            census.as_ref(),
             None,
         );
-        let url = agents
-            .get(&pid)
-            .map_or(String::new(), |u| format!(" at {u}"));
+        let who = match looked.as_slice() {
+            [g] => format!(
+                "process {} ({}), whose own agent{} answered",
+                g.pid,
+                g.command,
+                agents
+                    .get(&g.pid)
+                    .map_or(String::new(), |u| format!(" at {u}"))
+            ),
+            _ => format!(
+                "processes {} ({}), whose own agents answered (their censuses summed)",
+                looked
+                    .iter()
+                    .map(|g| g.pid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                looked[0].command
+            ),
+        };
         return OwnerReading {
             owner: Owner::OtherProcess,
-            words: format!("{who}, whose own agent{url} answered: {}", inside.words),
+            words: format!("{who}: {}", inside.words),
             ..inside
         };
     }
+    let first = grew.first();
+    let who = first.map_or("another process of the service".into(), |c| {
+        format!("process {} ({})", c.pid, c.command)
+    });
+    let pid = first.map_or(0, |c| c.pid);
     let fix = match agents.get(&pid) {
         // A worker that serves the agent itself (leaklab.serve_agent()): its census is a scan away.
         Some(url) => format!("look inside that process through the agent it serves: leaklab {tool} … --pid {pid} --agent {url} (its census names the holder)"),
@@ -1220,6 +1277,7 @@ mod tests {
             a.words
         );
         let nothing = crate::agent::CensusDiff {
+            pid: None,
             steps: 100,
             grown: vec![],
             total_bytes: 0,
@@ -1444,6 +1502,7 @@ mod tests {
         let grew = judged(|i| 36_000 * i as i64, 300);
         let a = axis("anonymous", &grew, Inputs::Same, 1, None, None, vec![]);
         let census = CensusDiff {
+            pid: None,
             steps: 100,
             grown: vec![Growth {
                 holder: "held from native code (no Python referrer)".into(),
@@ -1559,12 +1618,146 @@ mod tests {
         );
     }
 
+    /// A pool of workers (LitServe's inference workers, gunicorn's) grows by the request in its
+    /// processes together, each keeping its share: the census of each process, taken through
+    /// its own agent, is summed, and the owner names the holder and the processes that hold it.
+    #[test]
+    fn a_growth_spread_over_workers_is_owned_by_their_censuses_summed() {
+        use crate::agent::{CensusDiff, Growth};
+        let new = judged(|i| 8_192 * i as i64, 300);
+        let a = axis("anonymous", &new, Inputs::Same, 1, None, None, vec![]);
+        let census = |holder: &str, per_step: i64| CensusDiff {
+            pid: None,
+            steps: 75,
+            grown: vec![Growth {
+                holder: holder.into(),
+                kind: "frame".into(),
+                bytes: per_step * 75,
+                bytes_per_step: per_step as f64,
+                tensors: 37,
+                graph_nodes: 0,
+                bytes_after: 0,
+                shapes: vec![vec![8, 256]],
+                entries: None,
+            }]
+            .into_iter()
+            .filter(|_| per_step > 0)
+            .collect(),
+            total_bytes: per_step * 75,
+            total_tensors: if per_step > 0 { 37 } else { 0 },
+            total_graph_nodes: 0,
+            census_seconds: (0.4, 0.4),
+            notes: vec![],
+            heap: None,
+        };
+        let kept = "thread 'MainThread' inference_worker (loops.py:61) local 'lit_api'.outputs";
+        // The API server's own census: nothing grew there.
+        let own = census("", 0);
+        let lone = owner(&a, Some(&own), None);
+        assert_eq!(lone.owner, Owner::Native, "{}", lone.words);
+        let workers = BTreeMap::from([
+            (11, census(kept, 4_100)),
+            (12, census(kept, 4_000)),
+            (13, census("", 0)),
+        ]);
+        let agents = BTreeMap::new();
+        let elsewhere = Elsewhere {
+            agents: &agents,
+            censuses: &workers,
+        };
+        let pool = owner_kept(&a, Some(&own), None, None, &elsewhere, &[]);
+        assert_eq!(pool.owner, Owner::Python, "{}", pool.words);
+        assert_eq!(pool.holder.as_deref(), Some(kept));
+        assert!(
+            pool.words
+                .starts_with("the census holds 8.10 kB of 8.20 kB a request")
+                && pool.words.contains("in processes 11 and 12 of the service"),
+            "{}",
+            pool.words
+        );
+        // The agent the scan was given answered from worker 11 both times: that process counts
+        // once, its census through either agent.
+        let through_11 = CensusDiff {
+            pid: Some(11),
+            ..census(kept, 4_100)
+        };
+        let once = owner_kept(&a, Some(&through_11), None, None, &elsewhere, &[]);
+        assert!(
+            once.words
+                .starts_with("the census holds 8.10 kB of 8.20 kB a request"),
+            "{}",
+            once.words
+        );
+        // One worker's census alone: half the growth, still over Python's share, and only that
+        // process named.
+        let half = BTreeMap::from([(11, census(kept, 4_100))]);
+        let one = owner_kept(
+            &a,
+            Some(&own),
+            None,
+            None,
+            &Elsewhere {
+                agents: &agents,
+                censuses: &half,
+            },
+            &[],
+        );
+        assert_eq!(one.owner, Owner::Python, "{}", one.words);
+        assert!(
+            one.words.starts_with("the census holds 4.10 kB of 8.20 kB")
+                && one.words.contains(", in process 11 of the service"),
+            "{}",
+            one.words
+        );
+        // Where the tree finds the growth in the workers, not the serving process: both
+        // workers' censuses summed, weighed against both workers' growth (main weighed one
+        // worker's census against its own growth and named that worker alone).
+        let child = |pid: u32, per_request: f64| crate::tree::ProcessGrowth {
+            pid,
+            command: "python -c from multiprocessing.spawn …".into(),
+            root: false,
+            verdict: Some(Verdict::Leak),
+            measure: "anonymous".into(),
+            bytes_per_request: per_request,
+            bound: 500.0,
+            rise_bytes: per_request * 300.0,
+        };
+        let (w11, w12) = (child(11, 7_000.0), child(12, 7_300.0));
+        let weighed = owner(&a, None, None);
+        let both = other_process(weighed.clone(), &[&w11, &w12], "scan", &elsewhere);
+        assert_eq!(both.owner, Owner::OtherProcess, "{}", both.words);
+        assert_eq!(both.holder.as_deref(), Some(kept));
+        assert!(
+            both.words.starts_with(
+                "processes 11 and 12 (python -c from multiprocessing.spawn …), whose own agents answered (their censuses summed): the census holds 8.10 kB of 14.30 kB a request"
+            ),
+            "{}",
+            both.words
+        );
+        // A worker whose census was not taken is not counted in the sum: one census, one growth.
+        let alone = other_process(
+            weighed,
+            &[&w11, &w12],
+            "scan",
+            &Elsewhere {
+                agents: &agents,
+                censuses: &half,
+            },
+        );
+        assert!(
+            alone.words.starts_with("process 11 (python -c from multiprocessing.spawn …), whose own agent answered: the census holds 4.10 kB of 7.00 kB a request"),
+            "{}",
+            alone.words
+        );
+    }
+
     #[test]
     fn the_owner_is_python_only_where_the_census_holds_a_real_share_and_gc_off_is_said() {
         use crate::agent::{CensusDiff, Growth};
         let new = judged(|i| 16_384 * i as i64, 300);
         let a = axis("anonymous", &new, Inputs::Same, 1, None, None, vec![]);
         let census = |per_step: i64| CensusDiff {
+            pid: None,
             steps: 100,
             grown: vec![Growth {
                 holder: "app.state.kept".into(),

@@ -480,10 +480,17 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 Some((before.at, after.at)),
             )
         });
-        let censuses = before
-            .census
-            .zip(after.census)
-            .map(|(b, a)| agent::diff(&b, &a, after.at - before.at));
+        // Two censuses of one process only: a server's port hands each connection to one of its
+        // workers, and two workers' censuses compared would read one's holders as the other's
+        // growth.
+        let censuses = match before.census.zip(after.census) {
+            Some((b, a)) if b.pid != a.pid => {
+                state.notes.push(format!("the two censuses through the agent came from two processes ({} and {}, workers of one server): not compared; each process that registered an agent of its own in the workers folder is looked inside through it", b.pid, a.pid));
+                None
+            }
+            Some((b, a)) => Some(agent::diff(&b, &a, after.at - before.at)),
+            None => None,
+        };
         (snapshots, censuses)
     } else {
         (None, None)

@@ -1,5 +1,7 @@
 """The request path's added cost of the request counts: LeaklabDebug against the same
-middleware without them (its ``__call__`` as it was before the counts) and the bare app.
+middleware without them (its ``__call__`` as it was before the counts) and the bare app; and of a
+workers folder (``workers_dir``), whose threads write the worker's figures and serve its own agent
+on a loopback port beside the requests.
 
     python crates/cli/python/bench/request_path.py [--rounds 9] [--requests 50000]
 
@@ -16,6 +18,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -53,7 +56,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--requests", type=int, default=50_000)
     args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="leaklab-workers-")
+    workers = LeaklabDebug(_bare_app, workers_dir=folder, workers_period=0.1)
     apps = {"bare": _bare_app, "uncounted": Uncounted(_bare_app), "counted": LeaklabDebug(_bare_app)}
+    apps["workers"] = workers
     times: dict[str, list[float]] = {name: [] for name in apps}
     loop = asyncio.new_event_loop()
     try:
@@ -74,6 +80,8 @@ def main() -> None:
                 "added_uncounted_us": round(us["uncounted"] - us["bare"], 3),
                 "added_counted_us": round(us["counted"] - us["bare"], 3),
                 "counts_cost_us": round(us["counted"] - us["uncounted"], 3),
+                "workers_cost_us": round(us["workers"] - us["counted"], 3),
+                "workers_agent": workers.url,
                 "requests_counted": [counted.started, counted.answered],
             }
         )

@@ -236,7 +236,10 @@ class LeaklabDebug:
     - ``workers_dir``: a folder the server's workers share (default: ``LEAKLAB_WORKERS_DIR``, else
       off): each worker writes its counts and memory there every ``workers_period`` seconds
       (0.5), from a thread, once it has served (a lifespan or a request), and ``stats`` sums the
-      live workers. Give each server its own empty folder, as prometheus_client's
+      live workers. Each worker also serves these routes on a loopback port of its own (a
+      thread; the token's rule as here), registered in its file, so that ``leaklab scan
+      --agent`` given the server's address takes each worker's census from that worker.
+      Give each server its own empty folder, as prometheus_client's
       ``PROMETHEUS_MULTIPROC_DIR``; a worker's file is removed when it exits.
     """
 
@@ -642,7 +645,7 @@ class _Workers:
         self.stale = max(30.0, 20 * period)
         self._stop = threading.Event()
         self._start()
-        os.register_at_fork(after_in_child=self._start)
+        os.register_at_fork(after_in_child=self._forked)
         atexit.register(self._remove)
 
     def _path(self, pid: int) -> str:
@@ -652,14 +655,33 @@ class _Workers:
         self.pid = os.getpid()
         threading.Thread(target=self._loop, name="leaklab-workers", daemon=True).start()
 
+    def _forked(self) -> None:
+        # A child has none of its parent's threads: not the parent's server, nor its address.
+        self.agent.url, self.agent._serving = None, False
+        self._start()
+
     def _loop(self) -> None:
         pid = self.pid
         while not self._stop.wait(self.period) and pid == os.getpid():
             if self.agent._serving or self.agent.started:
+                if self.agent.url is None:
+                    self._serve_own()
                 try:
                     self._write()
                 except OSError:
                     log.exception("leaklab: writing this worker's figures to %s failed", self.folder)
+
+    def _serve_own(self) -> None:
+        """This worker's routes on a loopback port of its own, registered with its figures: the
+        server's port reaches whichever worker the kernel hands a connection to, and a census
+        diff compares two censuses of one process only."""
+        from leaklab.serve import serve
+
+        try:
+            serve(self.agent, "127.0.0.1", 0, _MAX_SECONDS)
+        except OSError:
+            log.exception("leaklab: serving this worker's agent on loopback failed")
+            self.agent.url = ""  # not tried again; registered as no address
 
     def _figures(self) -> dict[str, Any]:
         process = _process_stats()
@@ -732,7 +754,11 @@ class _Workers:
                 source=f"the sum over {len(found)} workers of {mine['source']}",
             ),
             oldest_seconds=round(max(now - float(d["updated_at"]) for d in found.values()), 3),
-            agents={str(pid): d["agent"] for pid, d in sorted(found.items()) if isinstance(d.get("agent"), str)},
+            agents={
+                str(pid): d["agent"]
+                for pid, d in sorted(found.items())
+                if isinstance(d.get("agent"), str) and d["agent"]
+            },
         )
 
 

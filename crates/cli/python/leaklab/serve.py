@@ -18,7 +18,10 @@ lists every worker's address in its ``stats`` (``workers.agents``), and ``leakla
 given that one agent names where to look inside the process that grows.
 
 Nothing here runs on the worker's own path: the server is a thread that answers requests to the
-agent's routes only, one at a time per connection, each on an event loop of its own thread.
+agent's routes only, one at a time per connection, each on an event loop of its own thread. A
+client cannot hold the server: each connection has a thread of its own, one silent for
+``idle_timeout`` seconds (30) is closed, and a body over 64 KiB is refused (the routes read their
+options from the query).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from leaklab.asgi import Receive, Send
+    from leaklab.asgi import LeaklabDebug, Receive, Send
 
 __all__ = ["AgentServer", "serve_agent"]
+
+_MAX_BODY = 64 * 1024
 
 
 class AgentServer:
@@ -61,6 +66,7 @@ def serve_agent(
     host: str = "127.0.0.1",
     port: int = 0,
     request_timeout: float = 600.0,
+    idle_timeout: float = 30.0,
     **options: Any,
 ) -> AgentServer:
     """Serves the agent's routes from this process, in a daemon thread; returns at once.
@@ -69,7 +75,8 @@ def serve_agent(
     census names the process's objects). ``port`` 0 picks a free one. ``options`` are
     ``LeaklabDebug``'s (``token``, ``allow_trim``, ``native_max_seconds``, ``workers_dir``,
     ``census_max_seconds``, ...); ``prefix`` is ``/debug/leaklab`` unless given.
-    ``request_timeout``: the longest one answer may take (a native trace's window, a census).
+    ``request_timeout``: the longest one answer may take (a native trace's window, a census);
+    ``idle_timeout``: how long a connection may stay silent (a request half sent, or none).
     """
     from leaklab.asgi import LeaklabDebug
 
@@ -79,18 +86,39 @@ def serve_agent(
         raise ValueError(f"host must be an IP address, not {host!r}") from e
     if not loopback and not options.get("token"):
         raise ValueError(f"host {host} is not loopback: give a token too, or serve on 127.0.0.1")
-    agent = LeaklabDebug(_not_found, **options)
+    return serve(LeaklabDebug(_not_found, **options), host, port, request_timeout, idle_timeout)
+
+
+def serve(agent: LeaklabDebug, host: str, port: int, request_timeout: float, idle_timeout: float = 30.0) -> AgentServer:
+    """Serves ``agent``'s routes on ``host:port`` from daemon threads, and tells the agent where
+    (it registers that address in its workers folder). The caller has checked ``host``."""
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="leaklab-agent-loop", daemon=True).start()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = idle_timeout  # the socket's: a silent client is dropped, not waited for
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # the worker's own logs are not ours to fill
 
         def _answer(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
+            try:
+                length = int(self.headers.get("content-length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= _MAX_BODY:
+                if 0 < length <= 16 * _MAX_BODY:
+                    self.rfile.read(length)  # read, so that closing sends the answer, not a reset
+                refusal = f'{{"error": "a body of at most {_MAX_BODY} bytes, with its content-length"}}'.encode()
+                self.send_response_only(413 if length > 0 else 400)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(refusal)))
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.wfile.write(refusal)
+                self.close_connection = True
+                return
             body = self.rfile.read(length) if length else b""
             path, _, query = self.path.partition("?")
             scope = {

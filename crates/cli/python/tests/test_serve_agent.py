@@ -6,6 +6,7 @@ server's agent, and its refusals."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -125,5 +126,30 @@ def test_a_server_off_loopback_needs_a_token_and_then_asks_it() -> None:
         request = urllib.request.Request(f"{agent.url}/stats", headers={"authorization": "Bearer s3cret"})
         with urllib.request.urlopen(request, timeout=30) as r:
             assert r.status == 200
+    finally:
+        agent.close()
+
+
+def test_a_client_cannot_hold_the_agents_server() -> None:
+    """A connection that sends half a request and waits is closed after ``idle_timeout``, other
+    clients answered meanwhile; a body over the cap is refused with a message, unread."""
+    agent = serve_agent(idle_timeout=0.5)
+    try:
+        host, port = agent.url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as stalled:
+            stalled.sendall(b"GET /debug/leaklab/stats HTTP/1.1\r\nhost: x\r\n")  # no blank line
+            started = time.monotonic()
+            status, body = get(f"{agent.url}/stats")
+            assert status == 200 and body["schema"] == "leaklab.stats/1"
+            assert stalled.recv(1) == b"", "the silent client is closed, not answered"
+            assert time.monotonic() - started < 5
+        request = urllib.request.Request(f"{agent.url}/stats", data=b"x" * (65 * 1024), method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=30)
+        except urllib.error.HTTPError as e:
+            assert e.code == 413
+            assert "at most 65536 bytes" in json.loads(e.read())["error"]
+        else:
+            raise AssertionError("a body over the cap was taken")
     finally:
         agent.close()

@@ -1,6 +1,7 @@
 """The workers of one server summed through a shared folder (``workers_dir``): each worker writes
 its counts and memory there once it serves, ``stats`` sums the live ones and leaves out the dead
-and the stale, and a real two-worker uvicorn server is counted whole."""
+and the stale, and a real two-worker uvicorn server is counted whole, each worker's agent reachable
+on a port of its own."""
 
 from __future__ import annotations
 
@@ -112,6 +113,14 @@ def test_two_uvicorn_workers_are_counted_whole_and_a_replaced_one_leaves(tmp_pat
         # Whichever worker answers, the count is the server's.
         wait_for(lambda: workers()["requests"]["answered"] == 40)
         pids = workers()["pids"]
+        # Each worker serves its routes on a loopback port of its own, registered beside its
+        # figures: the server's port reaches whichever worker the kernel picks, this one that
+        # worker alone (a census diff pairs two censuses of one process).
+        wait_for(lambda: sorted(workers()["agents"]) == sorted(map(str, pids)))
+        for pid, url in workers()["agents"].items():
+            assert url.startswith("http://127.0.0.1:") and not url.startswith(base), url
+            for _ in range(3):
+                assert json.loads(_get(f"{url}/stats"))["pid"] == int(pid)
         os.kill(pids[0], signal.SIGKILL)  # uvicorn's supervisor starts a new worker
         wait_for(lambda: (w := workers()) is not None and pids[0] not in w["pids"] and len(w["pids"]) == 2, 30)
     finally:

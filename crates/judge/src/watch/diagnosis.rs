@@ -201,13 +201,14 @@ pub fn owner(
             "none needed".into(),
         ),
         Axis::OtherProcess => {
-            let grew = axis
+            let grew: Vec<_> = axis
                 .processes
                 .iter()
-                .find(|p| p.verdict == Some(Verdict::Leak));
+                .filter(|p| p.verdict == Some(Verdict::Leak))
+                .collect();
             other_process(
                 weighed,
-                grew,
+                &grew,
                 "watch",
                 &Elsewhere {
                     agents,
@@ -315,6 +316,7 @@ mod tests {
 
     fn census(holder: &str, kind: &str, bytes: i64, steps: u64) -> CensusDiff {
         CensusDiff {
+            pid: None,
             steps,
             grown: vec![Growth {
                 holder: holder.into(),
