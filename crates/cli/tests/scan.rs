@@ -1159,21 +1159,18 @@ fn a_worker_that_serves_its_own_agent_has_its_holder_named_through_the_servers_a
 }
 
 /// The servers people run, from PyPI at the versions `cargo xtask test` pins
-/// (crates/cli/python/tests/servers.py, docs/servers.md), each with two worker processes
-/// sharing one workers folder, scanned through the server's own port and agent alone. A leaky
-/// one keeps every output in the worker that ran it: it fails, and its owner line names the
-/// holder inside the workers, from their own censuses (main said "look inside that process",
-/// or named one worker's holder under an owner line that called the service flat). A fixed
-/// one passes.
-fn server_scanned(framework: &str, holder: &str) {
+/// (crates/cli/python/tests/servers.py, docs/servers.md), scanned through the server's own port
+/// and agent alone: a leaky variant fails and `leaky` checks its report (what `said` shows on
+/// failure); a fixed one passes; both re-judge alike from their evidence.
+fn server_scanned(framework: &str, modules: &str, leaky: impl Fn(&serde_json::Value, &str)) {
     let found = Command::new(python())
-        .args(["-c", "import litserve, gunicorn, uvicorn_worker"])
+        .args(["-c", &format!("import {modules}")])
         .status()
         .unwrap();
     if !found.success() {
         return skip_missing(
             &format!("the {framework} server's scan test"),
-            "litserve, gunicorn and uvicorn-worker (`cargo xtask test` installs them)",
+            &format!("{modules} (`cargo xtask test` installs them)"),
         );
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1198,36 +1195,74 @@ fn server_scanned(framework: &str, holder: &str) {
         );
         assert_eq!(c, code, "{said}");
         if variant == "leaky" {
-            let named = report["owner"]["holder"].as_str().unwrap_or_default();
-            assert!(named.contains(holder), "{said}");
-            // Named from the censuses of the workers that grew, each taken in its own process:
-            // in the workers (the tree's axis), or summed over them where the tree read the
-            // growth whole.
-            let words = report["owner"]["words"].as_str().unwrap();
-            match report["owner"]["owner"].as_str() {
-                Some("other-process") => assert!(words.contains("whose own agent"), "{said}"),
-                Some("python") => assert!(
-                    words.contains("each census taken in its own process"),
-                    "{said}"
-                ),
-                _ => panic!("{said}"),
-            }
+            leaky(&report, &said);
         }
         assert_rejudged_alike(&out, c, &report);
     }
 }
 
+/// Two worker processes sharing one workers folder, each keeping every output it computed: the
+/// owner line names the holder inside the workers, from their own censuses (main said "look
+/// inside that process", or named one worker's holder under an owner line that called the
+/// service flat): in the workers (the tree's axis), or summed over them where the tree read
+/// the growth whole.
+fn named_from_the_workers(holder: &'static str) -> impl Fn(&serde_json::Value, &str) {
+    move |report, said| {
+        let named = report["owner"]["holder"].as_str().unwrap_or_default();
+        assert!(named.contains(holder), "{said}");
+        let words = report["owner"]["words"].as_str().unwrap();
+        match report["owner"]["owner"].as_str() {
+            Some("other-process") => assert!(words.contains("whose own agent"), "{said}"),
+            Some("python") => assert!(
+                words.contains("each census taken in its own process"),
+                "{said}"
+            ),
+            _ => panic!("{said}"),
+        }
+    }
+}
+
+const SERVERS: &str = "litserve, gunicorn, uvicorn_worker";
+
 #[test]
 fn litserve_inference_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
-    server_scanned("litserve", "'lit_api'.outputs");
+    server_scanned(
+        "litserve",
+        SERVERS,
+        named_from_the_workers("'lit_api'.outputs"),
+    );
 }
 
 #[test]
 fn gunicorn_uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
-    server_scanned("gunicorn", "servers.OUTPUTS");
+    server_scanned(
+        "gunicorn",
+        SERVERS,
+        named_from_the_workers("servers.OUTPUTS"),
+    );
 }
 
 #[test]
 fn uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
-    server_scanned("uvicorn", "servers.OUTPUTS");
+    server_scanned(
+        "uvicorn",
+        SERVERS,
+        named_from_the_workers("servers.OUTPUTS"),
+    );
+}
+
+/// transformers generating with a GPT-2 built from a config, each prompt's `DynamicCache` kept
+/// in a dict: a growth per new input, owned by Python, the holder named down to the cache's
+/// layers as a user would write it; the fixed variant's 16-slot LRU passes.
+#[test]
+fn a_transformers_prefix_cache_is_named_down_to_its_layers() {
+    server_scanned("transformers", "transformers", |report, said| {
+        assert_eq!(report["axis"]["axis"], "per-new-input", "{said}");
+        assert_eq!(report["owner"]["owner"], "python", "{said}");
+        let named = report["owner"]["holder"].as_str().unwrap_or_default();
+        assert!(
+            named.contains("CACHE[") && named.contains(".layers["),
+            "{said}"
+        );
+    });
 }

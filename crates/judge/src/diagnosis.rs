@@ -526,6 +526,7 @@ pub fn owner_kept(
     let native = native_mechanism(axis, libraries);
     // Each process's census counts, where the service's processes serve agents of their own (a
     // worker pool's growth is spread over its workers, each keeping its share).
+    let own_pid = census.and_then(|c| c.pid);
     let merged = crate::agent::merged(census, elsewhere.censuses);
     let census = merged.as_ref();
     let weighed = census_owner(
@@ -581,13 +582,14 @@ pub fn owner_kept(
                 .collect();
             other_process(weighed, &grew, "scan", elsewhere)
         }
-        _ => held_in(weighed, elsewhere),
+        _ => held_in(weighed, elsewhere, own_pid),
     }
 }
 
 /// A Python owner's words say which of the service's processes hold it, where their censuses
-/// were taken through their own agents.
-fn held_in(reading: OwnerReading, elsewhere: &Elsewhere) -> OwnerReading {
+/// were taken through their own agents; not where the one that holds it is the process whose
+/// census the scan took anyway (`own`: a service of one process, its workers folder set).
+fn held_in(reading: OwnerReading, elsewhere: &Elsewhere, own: Option<u32>) -> OwnerReading {
     let Some(holder) = reading
         .holder
         .as_deref()
@@ -596,7 +598,7 @@ fn held_in(reading: OwnerReading, elsewhere: &Elsewhere) -> OwnerReading {
         return reading;
     };
     let pids = crate::agent::holding(elsewhere.censuses, holder);
-    if pids.is_empty() {
+    if pids.is_empty() || (pids.len() == 1 && Some(pids[0]) == own) {
         return reading;
     }
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
@@ -1708,6 +1710,32 @@ mod tests {
                 && one.words.contains(", in process 11 of the service"),
             "{}",
             one.words
+        );
+        // A service of one process whose workers folder is set: its own census, through either
+        // address, names no process.
+        let alone_here = BTreeMap::from([(11, census(kept, 8_100))]);
+        let one_process = owner_kept(
+            &a,
+            Some(&CensusDiff {
+                pid: Some(11),
+                ..census(kept, 8_100)
+            }),
+            None,
+            None,
+            &Elsewhere {
+                agents: &agents,
+                censuses: &alone_here,
+            },
+            &[],
+        );
+        assert_eq!(one_process.owner, Owner::Python, "{}", one_process.words);
+        assert!(
+            one_process
+                .words
+                .starts_with("the census holds 8.10 kB of 8.20 kB")
+                && !one_process.words.contains("of the service"),
+            "{}",
+            one_process.words
         );
         // Where the tree finds the growth in the workers, not the serving process: both
         // workers' censuses summed, weighed against both workers' growth (main weighed one

@@ -10,6 +10,9 @@ FRAMEWORK is one of:
 - ``gunicorn``: gunicorn with two ``uvicorn_worker.UvicornWorker`` workers (``-w 2``), the
   middleware in each.
 - ``uvicorn``: ``uvicorn --workers 2``, the middleware in each.
+- ``transformers``: one uvicorn process generating with a GPT-2 built from a config (no weights
+  downloaded), its key/value caches kept per prompt as a prefix cache does: ``leaky`` keeps
+  every prompt's ``DynamicCache`` in a dict, ``fixed`` only the last 16 (an LRU).
 
 Every process shares ``LEAKLAB_WORKERS_DIR``. The model is a ``Linear(512, 256)`` on the
 request's ``inputs``; the ``leaky`` variant keeps every output (8 KiB for a batch of 8) in a list,
@@ -63,6 +66,46 @@ def create_app() -> LeaklabDebug:
     return LeaklabDebug(api, workers_period=0.1)
 
 
+# --- transformers: generation with caches kept per prompt ------------------------------------
+
+PROMPT = 16  # tokens a prompt, made from the request's first row of numbers
+CACHE_SLOTS = 16
+
+
+def create_generation_app() -> LeaklabDebug:
+    from collections import OrderedDict
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=2)
+    model = GPT2LMHeadModel(config).eval()
+    cache: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+    globals()["CACHE"] = cache  # the holder: a prefix cache, a module global
+    api = FastAPI()
+
+    @api.post("/predict")
+    async def predict(request: Request) -> dict[str, Any]:
+        row = (await request.json())["inputs"][0][:PROMPT]
+        prompt = tuple(int(abs(x) * 997) % config.vocab_size for x in row)
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=4,
+                do_sample=False,
+                pad_token_id=0,
+                return_dict_in_generate=True,
+            )
+        cache[prompt] = out.past_key_values  # LEAK(cache): every prompt's caches kept
+        if VARIANT == "fixed":
+            while len(cache) > CACHE_SLOTS:
+                cache.popitem(last=False)  # FIX(cache): the oldest prompt's caches dropped
+        return {"tokens": out.sequences[0, len(prompt) :].tolist()}
+
+    return LeaklabDebug(api)
+
+
 # --- LitServe: the model in inference workers that serve no HTTP --------------------------------
 
 
@@ -94,7 +137,7 @@ def litserve(port: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("framework", choices=["litserve", "gunicorn", "uvicorn"])
+    parser.add_argument("framework", choices=["litserve", "gunicorn", "uvicorn", "transformers"])
     parser.add_argument("--variant", choices=["leaky", "fixed"], required=True)
     args = parser.parse_args()
     if "LEAKLAB_WORKERS_DIR" not in os.environ:
@@ -103,11 +146,16 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     print(f"{args.framework} {args.variant} listening on http://127.0.0.1:{port}", flush=True)
-    os.environ["SERVERS_VARIANT"] = args.variant
+    global VARIANT
+    VARIANT = os.environ["SERVERS_VARIANT"] = args.variant  # here, and in processes started afresh
     here = str(Path(__file__).resolve().parent)
     bind = f"127.0.0.1:{port}"
     if args.framework == "litserve":
         litserve(port)
+    elif args.framework == "transformers":
+        import uvicorn
+
+        uvicorn.run(create_generation_app(), host="127.0.0.1", port=port, log_level="warning")
     elif args.framework == "gunicorn":
         worker = "uvicorn_worker.UvicornWorker"
         argv = ["-m", "gunicorn", "-w", "2", "-k", worker, "-b", bind, "--chdir", here, "servers:create_app()"]
