@@ -212,6 +212,8 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("litserve", "litserve==0.2.19"),
     ("gunicorn", "gunicorn==27.0.1"),
     ("uvicorn_worker", "uvicorn-worker==0.4.0"),
+    // BentoML's services with workers (docs/servers.md).
+    ("bentoml", "bentoml==1.4.40"),
     // transformers generating with caches (docs/servers.md): 4.57, the last release that takes
     // tokenizers 0.22, the zoo's pin above (5.x asks for 0.23).
     ("transformers", "transformers==4.57.6"),

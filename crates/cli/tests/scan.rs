@@ -1163,6 +1163,17 @@ fn a_worker_that_serves_its_own_agent_has_its_holder_named_through_the_servers_a
 /// and agent alone: a leaky variant fails and `leaky` checks its report (what `said` shows on
 /// failure); a fixed one passes; both re-judge alike from their evidence.
 fn server_scanned(framework: &str, modules: &str, leaky: impl Fn(&serde_json::Value, &str)) {
+    server_scanned_with(framework, modules, &[], &[], leaky)
+}
+
+/// [`server_scanned`] with the server's environment and the scan's flags added.
+fn server_scanned_with(
+    framework: &str,
+    modules: &str,
+    env: &[(&str, &str)],
+    flags: &[&str],
+    leaky: impl Fn(&serde_json::Value, &str),
+) {
     let found = Command::new(python())
         .args(["-c", &format!("import {modules}")])
         .status()
@@ -1180,14 +1191,19 @@ fn server_scanned(framework: &str, modules: &str, leaky: impl Fn(&serde_json::Va
         let mut c = Command::new(python());
         c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests/servers.py"))
             .args([framework, "--variant", variant])
-            .env("LEAKLAB_WORKERS_DIR", &folder);
+            .env("LEAKLAB_WORKERS_DIR", &folder)
+            .envs(env.iter().copied());
         let s = Service::start_bound(c);
         let out = dir.path().join(variant);
         let agent = format!("{}/debug/leaklab", s.base);
         // The scan's default counts, as a user runs it: at 300 requests LitServe's workers
         // kept their 4 kB a request each within the free heap they started with (read "PASS,
         // rss plateau" once, with the census naming the holder at 8.19 kB a request).
-        let flags = ["--pid", &s.pid(), "--agent", &agent];
+        let pid = s.pid();
+        let flags: Vec<&str> = ["--pid", &pid, "--agent", &agent]
+            .into_iter()
+            .chain(flags.iter().copied())
+            .collect();
         let (c, report, stderr) = scan(&format!("{}/predict", s.base), &body, &out, &flags);
         let said = format!(
             "{framework} {variant}: {}\n{}\n{stderr}",
@@ -1248,6 +1264,25 @@ fn uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
         "uvicorn",
         SERVERS,
         named_from_the_workers("servers.OUTPUTS"),
+    );
+}
+
+/// BentoML with two workers, the middleware in each (`add_asgi_middleware`): the leaky service
+/// keeps its outputs on the service object, named from the workers' censuses. BentoML keeps each
+/// request's context (its OpenTelemetry span among it) for its traffic timeout, in the timer its
+/// TimeoutMiddleware sets (`loop.call_later` captures the context): with the default 60 s, any
+/// scan shorter than a minute reads the fixed service's ~5 kB a request as growth (a worker at
+/// 5.1-5.5 kB a request over 600, 1,000 and 3,000 judged requests, the census holding no tensor;
+/// with a 5 s timeout, PASS, plateau). Here the timeout is 2 s and 1,500 requests are judged, so
+/// the window holds the retention's plateau.
+#[test]
+fn bentoml_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
+    server_scanned_with(
+        "bentoml",
+        "bentoml",
+        &[("BENTO_TIMEOUT", "2")],
+        &["--requests", "1500"],
+        named_from_the_workers("_current_service.outputs"),
     );
 }
 

@@ -10,6 +10,8 @@ FRAMEWORK is one of:
 - ``gunicorn``: gunicorn with two ``uvicorn_worker.UvicornWorker`` workers (``-w 2``), the
   middleware in each.
 - ``uvicorn``: ``uvicorn --workers 2``, the middleware in each.
+- ``bentoml``: BentoML with two workers (``@bentoml.service(workers=2)``, bento_service.py), the
+  middleware in each (``add_asgi_middleware``).
 - ``transformers``: one uvicorn process generating with a GPT-2 built from a config (no weights
   downloaded), its key/value caches kept per prompt as a prefix cache does: ``leaky`` keeps
   every prompt's ``DynamicCache`` in a dict, ``fixed`` only the last 16 (an LRU).
@@ -137,7 +139,7 @@ def litserve(port: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("framework", choices=["litserve", "gunicorn", "uvicorn", "transformers"])
+    parser.add_argument("framework", choices=["litserve", "gunicorn", "uvicorn", "bentoml", "transformers"])
     parser.add_argument("--variant", choices=["leaky", "fixed"], required=True)
     args = parser.parse_args()
     if "LEAKLAB_WORKERS_DIR" not in os.environ:
@@ -159,6 +161,11 @@ def main() -> None:
     elif args.framework == "gunicorn":
         worker = "uvicorn_worker.UvicornWorker"
         argv = ["-m", "gunicorn", "-w", "2", "-k", worker, "-b", bind, "--chdir", here, "servers:create_app()"]
+        os.execv(sys.executable, [sys.executable, *argv])
+    elif args.framework == "bentoml":
+        os.environ["BENTOML_DO_NOT_TRACK"] = "true"  # no usage report sent home
+        argv = ["-m", "bentoml", "serve", "bento_service:Model", "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--working-dir", here]
         os.execv(sys.executable, [sys.executable, *argv])
     else:
         argv = ["-m", "uvicorn", "--workers", "2", "--host", "127.0.0.1", "--port", str(port)]
