@@ -41,3 +41,52 @@ pub fn has(program: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+/// [`run`] for a long build: cargo's lines pass through as they come, and where it says nothing
+/// for [`QUIET`] (one crate compiling alone: tch's or the instrument's last crates take 20 s
+/// and more on two cores), a line says the build goes on and for how long, so that a terminal
+/// never shows a build that cannot be told from a hang.
+pub fn run_built(mut cmd: Command, what: &str) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    const QUIET: Duration = Duration::from_secs(8);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        cmd.env("CARGO_TERM_COLOR", "always"); // piped through here, as colourful as before
+    }
+    let mut child = cmd
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start {cmd:?}"))?;
+    let stderr = child.stderr.take().expect("piped");
+    let (lines, said) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    loop {
+        match said.recv_timeout(QUIET) {
+            Ok(line) => eprintln!("{line}"),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                eprintln!(
+                    "leaklab: ── {what}: still building, {:.0} s so far (the crates named last are compiling)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = reader.join();
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {cmd:?}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}

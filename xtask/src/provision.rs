@@ -148,11 +148,15 @@ impl Torch {
             "--bin",
             "leaklab-service",
         ]);
-        // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it.
-        build.args(["--package", "leaklab", "--bin", "leaklab"]);
+        // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it;
+        // the lab's own run needs none of it (the CLI and its fleet and watch crates: built
+        // for nothing, they were most of the build's last minute).
+        if args.iter().any(|a| a == "--zoo") {
+            build.args(["--package", "leaklab", "--bin", "leaklab"]);
+        }
         eprintln!("leaklab: ── building the lab's binaries (release; minutes the first time)");
         let started = std::time::Instant::now();
-        run(build)?;
+        crate::process::run_built(build, "the lab's release build")?;
         eprintln!(
             "leaklab: ── built in {:.1} s; running `leaklab-lab {}`",
             started.elapsed().as_secs_f64(),

@@ -85,7 +85,7 @@ fn pipeline(torch: &Torch, args: &[String], steps: &mut Steps) -> Result<()> {
         build
             .args(["test", "--no-run", "--all-targets"])
             .args(SELECTION);
-        run(build)
+        crate::process::run_built(build, "the tests' build")
     })?;
     let leaklab = workspace_root().join("target/debug/leaklab");
     let wheel = steps.run("wheel (dev, for the tests)", || {

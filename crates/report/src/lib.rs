@@ -86,6 +86,7 @@ pub use output::*;
 mod output {
     use super::Outcome;
     use crate::files::write_atomic;
+    use crate::human_bytes;
     use crate::page::Page;
     use serde::Serialize;
     use std::io::Write;
@@ -192,6 +193,14 @@ mod output {
         write_atomic(markdown, report.markdown().as_bytes())?;
         let dir = markdown.parent().unwrap_or(Path::new("."));
         for a in report.attachments()? {
+            if a.bytes.len() >= 32 << 20 {
+                // A second or more each: said, so that a terminal never goes quiet for long.
+                eprintln!(
+                    "leaklab: writing {} ({})",
+                    a.name,
+                    human_bytes(a.bytes.len() as f64)
+                );
+            }
             write_atomic(&dir.join(&a.name), &a.bytes)?;
         }
         match report.page() {
@@ -204,29 +213,31 @@ mod output {
         }
     }
 
-    /// Writes the files, then prints: the JSON, or the text and where the report is. Files
-    /// that cannot be written are an error said after the report is printed, so what was
-    /// measured is never lost.
+    /// Prints the text, then writes the files and says where the report is; or writes the
+    /// files, then prints the JSON. The text comes first because the files can take seconds
+    /// (run-lab's memory snapshots, 200 MB a variant). Files that cannot be written are an
+    /// error said after the report is printed, so what was measured is never lost.
     pub fn deliver<R: Report>(
         report: &R,
         output: &Output,
         stdout: &mut dyn Write,
     ) -> anyhow::Result<Outcome> {
+        if !output.json {
+            let text = report.text();
+            write!(stdout, "{text}")?;
+            if !text.ends_with('\n') {
+                writeln!(stdout)?;
+            }
+            stdout.flush()?;
+        }
         let written = output
             .markdown
             .as_deref()
             .map(|md| write(report, md).map_err(|e| (md, e)));
         if output.json {
             writeln!(stdout, "{}", report.json()?)?;
-        } else {
-            let text = report.text();
-            write!(stdout, "{text}")?;
-            if !text.ends_with('\n') {
-                writeln!(stdout)?;
-            }
-            if let Some(Ok(path)) = &written {
-                writeln!(stdout, "\nreport: {}", path.display())?;
-            }
+        } else if let Some(Ok(path)) = &written {
+            writeln!(stdout, "\nreport: {}", path.display())?;
         }
         stdout.flush()?;
         if let Some(Err((md, e))) = written {
