@@ -19,6 +19,7 @@ mod ffi;
 pub mod guard;
 pub mod mode;
 pub mod nvml;
+mod pickle;
 pub mod process;
 mod sample;
 pub mod snapshot;
@@ -48,8 +49,6 @@ pub enum Error {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("cannot encode the memory snapshot: {0}")]
-    Encode(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -11,9 +11,10 @@
 
 use crate::context::MemoryContext;
 use crate::cpu::{self, EventKind, StackId};
-use crate::{symbols, Error, Result};
+use crate::symbols;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
@@ -49,10 +50,11 @@ pub struct Block {
     pub size: u64,
     pub requested_size: u64,
     pub state: &'static str,
-    pub frames: Vec<Frame>,
+    /// Shared by every block and event of one stack (the pickle writes it once).
+    pub frames: Arc<Vec<Frame>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Frame {
     pub name: String,
     pub filename: String,
@@ -66,17 +68,17 @@ pub struct TraceEntry {
     pub size: u64,
     pub stream: i64,
     pub time_us: i64,
-    pub frames: Vec<Frame>,
+    pub frames: Arc<Vec<Frame>>,
 }
 
 /// The frames of each distinct (stack, context) pair, resolved once per snapshot.
 #[derive(Default)]
 struct Frames {
-    resolved: HashMap<(Option<StackId>, MemoryContext), Vec<Frame>>,
+    resolved: HashMap<(Option<StackId>, MemoryContext), Arc<Vec<Frame>>>,
 }
 
 impl Frames {
-    fn of(&mut self, stack: Option<StackId>, context: MemoryContext) -> Vec<Frame> {
+    fn of(&mut self, stack: Option<StackId>, context: MemoryContext) -> Arc<Vec<Frame>> {
         self.resolved
             .entry((stack, context))
             .or_insert_with(|| {
@@ -96,7 +98,7 @@ impl Frames {
                     filename: "leaklab (memory context)".into(),
                     line: 0,
                 });
-                frames
+                Arc::new(frames)
             })
             .clone()
     }
@@ -157,13 +159,14 @@ pub fn cpu_snapshot() -> Snapshot {
 }
 
 impl Snapshot {
-    pub fn to_pickle(&self) -> Result<Vec<u8>> {
-        serde_pickle::to_vec(self, serde_pickle::SerOptions::new())
-            .map_err(|e| Error::Encode(e.to_string()))
+    /// The pickle PyTorch's viewer and `pickle.load` read, each string, frame and stack
+    /// written once ([`crate::pickle`]).
+    pub fn to_pickle(&self) -> Vec<u8> {
+        crate::pickle::encode(self)
     }
 }
 
 /// The pickle of the current CPU state and history.
-pub fn cpu_snapshot_pickle() -> Result<Vec<u8>> {
+pub fn cpu_snapshot_pickle() -> Vec<u8> {
     cpu_snapshot().to_pickle()
 }

@@ -110,7 +110,7 @@ fn snapshot_opens_with_pytorchs_own_memory_viz_tools() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cpu.pickle");
-    std::fs::write(&path, snap.to_pickle().unwrap()).unwrap();
+    std::fs::write(&path, snap.to_pickle()).unwrap();
     drop(kept);
 
     // `cargo xtask test` sets LEAKLAB_PYTHON to the provisioned venv, whose torch carries the

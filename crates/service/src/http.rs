@@ -431,7 +431,7 @@ async fn memory_snapshot<H: Handler>(
         if on_cuda {
             cuda::snapshot_pickle()
         } else {
-            snapshot::cpu_snapshot_pickle()
+            Ok(snapshot::cpu_snapshot_pickle())
         }
     })
     .await
