@@ -1273,16 +1273,30 @@ fn uvicorn_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
 /// TimeoutMiddleware sets (`loop.call_later` captures the context): with the default 60 s, any
 /// scan shorter than a minute reads the fixed service's ~5 kB a request as growth (a worker at
 /// 5.1-5.5 kB a request over 600, 1,000 and 3,000 judged requests, the census holding no tensor;
-/// with a 5 s timeout, PASS, plateau). Here the timeout is 2 s and 1,500 requests are judged, so
-/// the window holds the retention's plateau.
+/// with a 5 s timeout, PASS, plateau). Here the timeout is 1 s, so that the scan's window holds
+/// the retention's plateau (the fixed service PASS, plateau, in 3 runs of 3 before this test). The Python trace is asked of the worker that grows,
+/// through its own agent: through the server's port it went to the other worker, which saw none
+/// of the window's requests ("no answer in time").
 #[test]
 fn bentoml_workers_that_keep_their_outputs_are_named_from_their_own_censuses() {
+    let named = named_from_the_workers("_current_service.outputs");
     server_scanned_with(
         "bentoml",
         "bentoml",
-        &[("BENTO_TIMEOUT", "2")],
-        &["--requests", "1500"],
-        named_from_the_workers("_current_service.outputs"),
+        &[("BENTO_TIMEOUT", "1")],
+        &["--python-trace"],
+        |report, said| {
+            named(report, said);
+            let notes = report["notes"].to_string();
+            assert!(
+                notes.contains("the worker that grows, through its own agent"),
+                "{said}\n{notes}"
+            );
+            assert!(
+                report["python_trace"]["requests"].as_u64() > Some(0),
+                "{said}\n{notes}"
+            );
+        },
     );
 }
 

@@ -517,6 +517,17 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
                 .notes
                 .push(format!("no process state from the agent's /stats: {e:#}")),
         }
+        // A trace counts the requests that pass through the process it runs in: where a worker
+        // grows and serves an agent of its own, through that one (the server's port hands the
+        // scan's connection to whichever worker takes it).
+        let base = &growing_worker(&state, options, &agents)
+            .map(|(pid, url)| {
+                if options.native || options.python_trace || options.trim {
+                    state.notes.push(format!("the traces and the trim probe asked of process {pid}, the worker that grows, through its own agent at {url}"));
+                }
+                url
+            })
+            .unwrap_or_else(|| base.clone());
         if options.native {
             let (asking, base) = (client.clone(), base.clone());
             let trace = Trace {
@@ -631,6 +642,33 @@ struct Trace<Ask, T> {
 
 /// One of the agent's traces over a window of new requests, driven meanwhile (not judged). A
 /// refusal (the owner did not opt in, memray missing) is a note, as is what the trace noted.
+/// The worker that grew most over the judged requests, by the tree's reading, where it leaks and
+/// serves an agent of its own (registered in the workers folder): its pid and that agent.
+fn growing_worker(
+    state: &State,
+    options: &ScanOptions,
+    agents: &BTreeMap<u32, String>,
+) -> Option<(u32, String)> {
+    let root = options.signals.iter().find_map(|s| match s {
+        Signal::Process { pid } => Some(*pid),
+        _ => None,
+    })?;
+    let looks: Vec<_> = state.tree.iter().map(|(x, r)| (*x, r.look())).collect();
+    let (processes, _) = leaklab_judge::tree::judge(
+        root,
+        &looks,
+        &tree::commands(&state.tree),
+        options.warmup as u64,
+        leaklab_judge::thresholds::HOST_NOISE_FLOOR,
+    );
+    processes
+        .iter()
+        .filter(|p| !p.root && p.verdict == Some(leaklab_detect::Verdict::Leak))
+        .filter_map(|p| Some((p, agents.get(&p.pid)?)))
+        .max_by(|a, b| a.0.bytes_per_request.total_cmp(&b.0.bytes_per_request))
+        .map(|(p, url)| (p.pid, url.clone()))
+}
+
 async fn trace_window<T, Ask, Asked>(
     options: &ScanOptions,
     client: &reqwest::Client,
@@ -650,13 +688,24 @@ where
     let asked = tokio::spawn((trace.ask)(requests));
     // The tracer starts in the service's thread: a moment before the window's requests.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let last = *sent + requests + requests / 4;
-    progress.bar.set_length(last as u64);
+    let mut last = *sent + requests + requests / 4;
+    // A worker of several sees its share of the requests only: more are sent until its window
+    // has counted its own, up to four windows' worth.
+    let most = *sent + 4 * requests;
     progress
         .bar
         .set_message(format!("the agent's {what} trace (not judged)"));
-    if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
-        state.notes.push(note);
+    loop {
+        progress.bar.set_length(last as u64);
+        if let Some(note) = drive(client, options, state, sent, last, started, progress).await {
+            state.notes.push(note);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if asked.is_finished() || last >= most {
+            break;
+        }
+        last = (last + requests / 2).min(most);
     }
     match asked.await {
         Ok(Ok(traced)) => {

@@ -121,10 +121,14 @@ def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
     doc = result["doc"]
     assert doc["between_requests"], doc["note"]
     assert doc["note"] is None, doc["note"]
-    # The body's own lines kept nothing. (The window traces the whole process: in a full pytest
-    # run, other tests' threads allocate beside it, 27 blocks of tempfile's once.)
-    ours = [line for line in doc["top"] if line["file"] == __file__ and line["blocks"] >= doc["requests"] / 4]
-    assert not ours, ours
+    # The body's own lines kept less than one body: a body caught in flight is 2,056 blocks (8
+    # lists, 2,048 floats). Not nothing: CPython keeps freed lists and floats on free lists (80
+    # and 100 in 3.11), still traced at the line that made them, and which line's objects sit
+    # there at each snapshot is chance (12 blocks of the body's line, 544 B, in one fresh-clone
+    # run; the bound was a quarter of the window's requests, 15 there, and fewer requests under
+    # load). The window traces the whole process: other tests' threads allocate beside it.
+    ours = sum(line["blocks"] for line in doc["top"] if line["file"] == __file__)
+    assert ours < 256, doc["top"][:5]
 
 
 def test_a_process_that_already_traces_is_read_and_left_tracing() -> None:
