@@ -642,8 +642,9 @@ struct Trace<Ask, T> {
 
 /// One of the agent's traces over a window of new requests, driven meanwhile (not judged). A
 /// refusal (the owner did not opt in, memray missing) is a note, as is what the trace noted.
-/// The worker that grew most over the judged requests, by the tree's reading, where it leaks and
-/// serves an agent of its own (registered in the workers folder): its pid and that agent.
+/// The worker that grew most over the judged requests, by the tree's reading, where it grew at
+/// all (a leak, or a plateau: two workers sharing the requests may each read as one) and serves
+/// an agent of its own (registered in the workers folder): its pid and that agent.
 fn growing_worker(
     state: &State,
     options: &ScanOptions,
@@ -663,7 +664,7 @@ fn growing_worker(
     );
     processes
         .iter()
-        .filter(|p| !p.root && p.verdict == Some(leaklab_detect::Verdict::Leak))
+        .filter(|p| !p.root && p.verdict.is_some_and(|v| v != leaklab_detect::Verdict::Flat))
         .filter_map(|p| Some((p, agents.get(&p.pid)?)))
         .max_by(|a, b| a.0.bytes_per_request.total_cmp(&b.0.bytes_per_request))
         .map(|(p, url)| (p.pid, url.clone()))
