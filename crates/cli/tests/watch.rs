@@ -516,7 +516,13 @@ fn two_workers_are_summed_through_their_shared_folder() {
     };
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("workers");
-    let s = service(&python, "leaky", 0, 2, &[("LEAKLAB_WORKERS_DIR", &shared)]);
+    let s = service(
+        &python,
+        "tensors",
+        0,
+        2,
+        &[("LEAKLAB_WORKERS_DIR", &shared)],
+    );
     let agent = format!("{}/debug/leaklab", s.base);
     // Both workers seen before the watch starts: the first has written its file.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -556,6 +562,18 @@ fn two_workers_are_summed_through_their_shared_folder() {
     let slope = bytes_per_request(deciding_series(&runs[0], "agent_anonymous"));
     assert_keeps(slope, "the deciding series");
     eprintln!("two workers: {slope:.0} B a request over {sent} requests");
+    // Each worker keeps a tensor a request it answered: their own censuses, taken through their
+    // own agents at the watch's start and end, summed, name the holder in both (main compared the
+    // server port's censuses, from whichever worker answered each: "the census at the end
+    // reached process A, the one at the start process B").
+    let owner = &report["owner"];
+    assert_eq!(owner["owner"], "python", "{owner}");
+    assert_eq!(owner["holder"], "watch_service.TENSORS", "{owner}");
+    let words = owner["words"].as_str().unwrap();
+    assert!(
+        words.contains(" in processes ") && words.contains("each census taken in its own process"),
+        "{words}"
+    );
 }
 
 #[test]

@@ -589,7 +589,11 @@ pub fn owner_kept(
 /// A Python owner's words say which of the service's processes hold it, where their censuses
 /// were taken through their own agents; not where the one that holds it is the process whose
 /// census the scan took anyway (`own`: a service of one process, its workers folder set).
-fn held_in(reading: OwnerReading, elsewhere: &Elsewhere, own: Option<u32>) -> OwnerReading {
+pub(crate) fn held_in(
+    reading: OwnerReading,
+    elsewhere: &Elsewhere,
+    own: Option<u32>,
+) -> OwnerReading {
     let Some(holder) = reading
         .holder
         .as_deref()

@@ -664,7 +664,11 @@ fn growing_worker(
     );
     processes
         .iter()
-        .filter(|p| !p.root && p.verdict.is_some_and(|v| v != leaklab_detect::Verdict::Flat))
+        .filter(|p| {
+            !p.root
+                && p.verdict
+                    .is_some_and(|v| v != leaklab_detect::Verdict::Flat)
+        })
         .filter_map(|p| Some((p, agents.get(&p.pid)?)))
         .max_by(|a, b| a.0.bytes_per_request.total_cmp(&b.0.bytes_per_request))
         .map(|(p, url)| (p.pid, url.clone()))

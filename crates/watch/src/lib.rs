@@ -356,6 +356,24 @@ async fn watch(
         },
         Counter::Metrics { .. } => None,
     };
+    // Each worker that serves an agent of its own (registered in the workers folder the agent
+    // shares): its census at the start too, through its own agent, to compare with its own at
+    // the end (the server's port reaches whichever worker takes the connection).
+    let mut start_workers = BTreeMap::new();
+    if let Counter::Agent(base) = &sampler.counter {
+        if let Ok(stats) = leaklab_scan::agent::stats(&sampler.client, base).await {
+            for (pid, url) in leaklab_judge::agent::registered(stats.workers.as_ref()) {
+                match leaklab_scan::agent::fetch(&sampler.client, &url).await {
+                    Ok(c) => {
+                        start_workers.insert(pid, (url, c));
+                    }
+                    Err(e) => notes.push(format!(
+                        "no census at the start from process {pid}'s own agent at {url}: {e:#}"
+                    )),
+                }
+            }
+        }
+    }
     // The first look must succeed: a wrong address, a refused token or a bad PID is said now.
     let started = Instant::now();
     let (first, tree) = sampler
@@ -481,6 +499,20 @@ async fn watch(
             Err(e) => notes.push(format!(
                 "no census from the agent at the end, so no holder named: {e:#}"
             )),
+        }
+        for (pid, (url, start)) in &start_workers {
+            let end = leaklab_scan::agent::fetch(&sampler.client, url).await;
+            match end
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|end| compare(Some(start), &end, &evidence.points))
+            {
+                Ok(d) => {
+                    evidence.worker_censuses.insert(*pid, d);
+                }
+                Err(why) => notes.push(format!(
+                    "no census difference from process {pid}'s own agent at {url}: {why}"
+                )),
+            }
         }
         snapshot = cuda_snapshot(&sampler.client, base, &mut notes).await;
     }

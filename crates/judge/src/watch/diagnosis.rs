@@ -161,9 +161,13 @@ pub fn owner(
     census: Option<&CensusDiff>,
     collector: Option<&Collector>,
     seconds: f64,
-    agents: &std::collections::BTreeMap<u32, String>,
+    elsewhere: &Elsewhere,
 ) -> OwnerReading {
     let clock = axis.axis == Axis::ByTheClock;
+    // Each worker's census counts, where the service's workers serve agents of their own.
+    let own_pid = census.and_then(|c| c.pid);
+    let merged = crate::agent::merged(census, elsewhere.censuses);
+    let census = merged.as_ref();
     let weighed = census_owner(
         &Weighed {
             per_step: if clock {
@@ -206,17 +210,11 @@ pub fn owner(
                 .iter()
                 .filter(|p| p.verdict == Some(Verdict::Leak))
                 .collect();
-            other_process(
-                weighed,
-                &grew,
-                "watch",
-                &Elsewhere {
-                    agents,
-                    censuses: &Default::default(),
-                },
-            )
+            other_process(weighed, &grew, "watch", elsewhere)
         }
-        Axis::PerRequest | Axis::ByTheClock => weighed,
+        Axis::PerRequest | Axis::ByTheClock => {
+            crate::diagnosis::held_in(weighed, elsewhere, own_pid)
+        }
     }
 }
 
@@ -353,7 +351,7 @@ mod tests {
         );
         // 300 requests of 32.77 kB: the census holds all of it.
         let held = census("service.KEPT", "module global", 300 * 32_768, 300);
-        let o = owner(&a, Some(&held), None, 60.0, &Default::default());
+        let o = owner(&a, Some(&held), None, 60.0, &Elsewhere::nothing());
         assert_eq!(
             (o.owner, o.holder.as_deref()),
             (Owner::Python, Some("service.KEPT"))
@@ -365,7 +363,7 @@ mod tests {
         // A tenth of it: not Python's; none at all: unknown.
         let little = census("service.KEPT", "module global", 30 * 32_768, 300);
         assert_eq!(
-            owner(&a, Some(&little), None, 60.0, &Default::default()).owner,
+            owner(&a, Some(&little), None, 60.0, &Elsewhere::nothing()).owner,
             Owner::Native
         );
         // The scan's rule, said once: a disabled collector is a finding and the mechanism.
@@ -373,7 +371,7 @@ mod tests {
             enabled: false,
             ..Collector::default()
         };
-        let o = owner(&a, Some(&held), Some(&off), 60.0, &Default::default());
+        let o = owner(&a, Some(&held), Some(&off), 60.0, &Elsewhere::nothing());
         assert!(
             o.mechanism.contains("collector is disabled")
                 && o.findings.iter().any(|f| f.contains("gc.disable()")),
@@ -386,13 +384,13 @@ mod tests {
             "the watch's report says it"
         );
         assert_eq!(
-            owner(&a, None, None, 60.0, &Default::default()).owner,
+            owner(&a, None, None, 60.0, &Elsewhere::nothing()).owner,
             Owner::Unknown
         );
         let lines = first_lines(
             "FAIL",
             Some(&a),
-            Some(&owner(&a, Some(&held), None, 60.0, &Default::default())),
+            Some(&owner(&a, Some(&held), None, 60.0, &Elsewhere::nothing())),
         );
         assert!(
             lines[1].starts_with("axis:      per request: anonymous"),
@@ -412,7 +410,7 @@ mod tests {
         assert_eq!(a.bytes_per_hour, Some(3.6e9));
         // 1 MB a second for 20 s: a holder that grew 20 MB owns it, whatever the requests.
         let held = census("service.TICKS", "module global", 20_000_000, 3);
-        let o = owner(&a, Some(&held), None, 20.0, &Default::default());
+        let o = owner(&a, Some(&held), None, 20.0, &Elsewhere::nothing());
         assert_eq!(o.owner, Owner::Python, "{}", o.words);
         assert!(o.mechanism.contains("clock"), "{}", o.mechanism);
         // Both: per request, the clock said beside it.
@@ -422,7 +420,7 @@ mod tests {
         // Neither: none, and no mechanism line.
         let none = axis(&run(0, false, None), Vec::new(), None);
         assert_eq!(none.axis, Axis::None);
-        let o = owner(&none, None, None, 0.0, &Default::default());
+        let o = owner(&none, None, None, 0.0, &Elsewhere::nothing());
         assert_eq!(first_lines("PASS", Some(&none), Some(&o)).len(), 3);
     }
 
@@ -444,7 +442,7 @@ mod tests {
             "{}",
             a.words
         );
-        let o = owner(&a, None, None, 60.0, &Default::default());
+        let o = owner(&a, None, None, 60.0, &Elsewhere::nothing());
         assert_eq!(o.owner, Owner::OtherProcess);
         assert!(o.fix.contains("--pid 11"), "{}", o.fix);
         // Workers that serve (the agent's PIDs) growing under a flat parent: per request.

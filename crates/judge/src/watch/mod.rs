@@ -53,6 +53,10 @@ pub struct WatchEvidence {
     /// The agents the service's workers serve of their own (`leaklab.serve_agent()`), by PID.
     #[serde(default)]
     pub agents: BTreeMap<u32, String>,
+    /// With the agent, on a leak: each registered worker's holders that grew between its own
+    /// censuses at the watch's start and its end, through its own agent, by PID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub worker_censuses: BTreeMap<u32, CensusDiff>,
 }
 
 /// The watch's judgement of its evidence.
@@ -85,6 +89,7 @@ impl WatchEvidence {
             census_at_end: None,
             collector: None,
             agents: BTreeMap::new(),
+            worker_censuses: BTreeMap::new(),
         }
     }
 
@@ -145,7 +150,10 @@ pub fn judge_watch(evidence: &WatchEvidence, budget: Option<Budget>) -> WatchJud
             evidence.census.as_ref(),
             evidence.collector.as_ref(),
             evidence.census_seconds,
-            &evidence.agents,
+            &crate::diagnosis::Elsewhere {
+                agents: &evidence.agents,
+                censuses: &evidence.worker_censuses,
+            },
         )
     });
     let diagnosis = diagnose(
