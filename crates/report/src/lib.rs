@@ -215,7 +215,7 @@ mod output {
 
     /// Prints the text, then writes the files and says where the report is; or writes the
     /// files, then prints the JSON. The text comes first because the files can take seconds
-    /// (run-lab's memory snapshots, 200 MB a variant). Files that cannot be written are an
+    /// (a report's attachments: memory snapshots, charts). Files that cannot be written are an
     /// error said after the report is printed, so what was measured is never lost.
     pub fn deliver<R: Report>(
         report: &R,

@@ -162,6 +162,16 @@ pub struct ScanOptions {
     pub python_trace: bool,
 }
 
+impl ScanOptions {
+    /// The process the scan was given (`--pid`), the root of the tree it reads.
+    fn pid(&self) -> Option<u32> {
+        self.signals.iter().find_map(|s| match s {
+            Signal::Process { pid } => Some(*pid),
+            _ => None,
+        })
+    }
+}
+
 pub use leaklab_report::Outcome;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -562,10 +572,7 @@ pub async fn scan(options: &ScanOptions) -> Result<ScanReport> {
         state.notes.push("--trim, --native and --python-trace ask the agent inside the service: give --agent too (docs/agent.md)".into());
     }
     // Everything measured, handed to the judge as one document, and kept beside the report.
-    let pid = options.signals.iter().find_map(|s| match s {
-        Signal::Process { pid } => Some(*pid),
-        _ => None,
-    });
+    let pid = options.pid();
     let evidence = Evidence {
         failing_from: state.failing_from(),
         inputs,
@@ -640,8 +647,6 @@ struct Trace<Ask, T> {
     note: fn(&T) -> Option<&String>,
 }
 
-/// One of the agent's traces over a window of new requests, driven meanwhile (not judged). A
-/// refusal (the owner did not opt in, memray missing) is a note, as is what the trace noted.
 /// The worker that grew most over the judged requests, by the tree's reading, where it grew at
 /// all (a leak, or a plateau: two workers sharing the requests may each read as one) and serves
 /// an agent of its own (registered in the workers folder): its pid and that agent.
@@ -650,10 +655,7 @@ fn growing_worker(
     options: &ScanOptions,
     agents: &BTreeMap<u32, String>,
 ) -> Option<(u32, String)> {
-    let root = options.signals.iter().find_map(|s| match s {
-        Signal::Process { pid } => Some(*pid),
-        _ => None,
-    })?;
+    let root = options.pid()?;
     let looks: Vec<_> = state.tree.iter().map(|(x, r)| (*x, r.look())).collect();
     let (processes, _) = leaklab_judge::tree::judge(
         root,
@@ -674,6 +676,8 @@ fn growing_worker(
         .map(|(p, url)| (p.pid, url.clone()))
 }
 
+/// One of the agent's traces over a window of new requests, driven meanwhile (not judged). A
+/// refusal (the owner did not opt in, memray missing) is a note, as is what the trace noted.
 async fn trace_window<T, Ask, Asked>(
     options: &ScanOptions,
     client: &reqwest::Client,

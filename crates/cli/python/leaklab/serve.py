@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import ipaddress
+import json
 import threading
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentServer", "serve_agent"]
 
 _MAX_BODY = 64 * 1024
+_IDLE_SECONDS = 30.0  # how long a connection may stay silent before it is closed
 
 
 class AgentServer:
@@ -66,7 +68,7 @@ def serve_agent(
     host: str = "127.0.0.1",
     port: int = 0,
     request_timeout: float = 600.0,
-    idle_timeout: float = 30.0,
+    idle_timeout: float = _IDLE_SECONDS,
     **options: Any,
 ) -> AgentServer:
     """Serves the agent's routes from this process, in a daemon thread; returns at once.
@@ -89,7 +91,9 @@ def serve_agent(
     return serve(LeaklabDebug(_not_found, **options), host, port, request_timeout, idle_timeout)
 
 
-def serve(agent: LeaklabDebug, host: str, port: int, request_timeout: float, idle_timeout: float = 30.0) -> AgentServer:
+def serve(
+    agent: LeaklabDebug, host: str, port: int, request_timeout: float, idle_timeout: float = _IDLE_SECONDS
+) -> AgentServer:
     """Serves ``agent``'s routes on ``host:port`` from daemon threads, and tells the agent where
     (it registers that address in its workers folder). The caller has checked ``host``."""
     loop = asyncio.new_event_loop()
@@ -110,7 +114,9 @@ def serve(agent: LeaklabDebug, host: str, port: int, request_timeout: float, idl
             if not 0 <= length <= _MAX_BODY:
                 if 0 < length <= 16 * _MAX_BODY:
                     self.rfile.read(length)  # read, so that closing sends the answer, not a reset
-                refusal = f'{{"error": "a body of at most {_MAX_BODY} bytes, with its content-length"}}'.encode()
+                refusal = json.dumps(
+                    {"error": f"a body of at most {_MAX_BODY} bytes, with its content-length"}
+                ).encode()
                 self.send_response_only(413 if length > 0 else 400)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(refusal)))
