@@ -203,12 +203,23 @@ fn twin_scanned(variant: &str, leak: Option<Leak>) {
     assert_eq!(code, 1, "{variant} must fail: {report}\n{stderr}");
     // The looks inside must not hide the leak from outside: a census costs the service megabytes
     // that the allocator keeps and the leak then refills unseen, so the scan looks only after the
-    // judged requests (judged around a census, a 7 kB-a-request leak read flat).
-    assert_eq!(anon["judgement"]["verdict"], "leak", "{variant} by PID");
-    assert_eq!(
-        rss_metric["judgement"]["verdict"], "leak",
-        "{variant} by its /metrics"
-    );
+    // judged requests (judged around a census, a 7 kB-a-request leak read flat). Both series fail;
+    // each read a leak, or a plateau the census showed went on: cache-leaky's pages stopped
+    // growing for the last 108 of 400 judged requests while its cache grew (7 runs of 7 on
+    // 2026-12-07; lab/corpus/README.md).
+    for (s, how) in [(anon, "by PID"), (rss_metric, "by its /metrics")] {
+        assert_eq!(s["ops"], "fail", "{variant} {how}: {s}");
+        let verdict = &s["judgement"]["verdict"];
+        let went_on = report["notes"].as_array().unwrap().iter().any(|n| {
+            let n = n.as_str().unwrap();
+            n.starts_with(s["series"].as_str().unwrap()) && n.contains("census")
+        });
+        assert!(
+            verdict == "leak" || (verdict == "plateau" && went_on),
+            "{variant} {how}: {verdict}, {}",
+            report["notes"]
+        );
+    }
     let top = &census["grown"][0];
     let name = top["holder"]
         .as_str()

@@ -138,6 +138,14 @@ pub fn repeats_high(r: &NoisyJudgement) -> f64 {
     r.slope.high.min(r.rise_high())
 }
 
+/// What an axis's words end with where its growth stopped within the judged requests.
+fn stopped_words(rise_bytes: f64) -> String {
+    format!(
+        "; it rose {} and stopped within the judged requests: bounded (a capacity, or the distinct inputs)",
+        signed_bytes(rise_bytes)
+    )
+}
+
 /// The axis from the phases. `judged`: the deciding series over the judged requests; `repeats`:
 /// the same series over the repeat phase (none where it did not run).
 pub fn axis(
@@ -152,10 +160,7 @@ pub fn axis(
     let per = judged.slope.bytes_per_request;
     let bounded = judged.verdict == Verdict::Plateau;
     let bound_words = if bounded {
-        format!(
-            "; it rose {} and stopped within the judged requests: bounded (a capacity, or the distinct inputs)",
-            signed_bytes(judged.rise_bytes)
-        )
+        stopped_words(judged.rise_bytes)
     } else {
         String::new()
     };
@@ -464,6 +469,37 @@ pub struct Garbage {
     pub kept: i64,
     pub requests: u64,
     pub allowance: f64,
+}
+
+/// A host series that read a plateau while the agent's census, over the requests after the
+/// judged ones, saw the tensors reachable from Python go on growing: the allocator's free
+/// memory took the growth for a while (a pause in the pages touched, not in what is kept).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Continued {
+    pub series: String,
+    /// The census's net growth (every tensor's bytes, after minus before) and its steps.
+    pub bytes: i64,
+    pub steps: u64,
+}
+
+impl Continued {
+    pub fn bytes_per_request(&self) -> f64 {
+        self.bytes as f64 / self.steps.max(1) as f64
+    }
+}
+
+/// The axis of a plateau the census shows went on: not bounded.
+pub fn continued(axis: &mut AxisReading, c: &Continued) {
+    let stopped = stopped_words(axis.judged.rise_bytes);
+    let words = axis.words.strip_suffix(&stopped).unwrap_or(&axis.words);
+    axis.words = format!(
+        "{words}; its pages stopped growing within the judged requests (+{} in all), but the agent's census, over the {} requests after them, saw the tensors reachable from Python grow {} ({} a request): what is kept did not stop, the allocator's free memory took it for a while",
+        human_bytes(axis.judged.rise_bytes),
+        c.steps,
+        signed_bytes(c.bytes as f64),
+        signed_bytes(c.bytes_per_request()),
+    );
+    axis.bounded = false;
 }
 
 /// The axis of a growth that full collections gave back: the collector's garbage.

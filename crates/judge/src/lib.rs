@@ -202,6 +202,35 @@ fn collected_garbage(
         .collect()
 }
 
+/// The host series that read a plateau (growth proven, then stopped) where the agent's census,
+/// taken over requests after the judged ones, saw the tensors reachable from Python gain at least
+/// [`thresholds::CENSUS_GROWTH`]. A leak's pages come in bursts: a service keeping 16 KiB a
+/// request touched 64 KiB of new pages a request for 145 requests, then none for the last 108
+/// of 400 while its cache kept growing (the twin's cache-leaky, 7 runs of 7 on 2026-12-07).
+fn census_continued(evidence: &Evidence, series: &[SeriesResult]) -> Vec<diagnosis::Continued> {
+    let Some(census) = evidence
+        .census
+        .as_ref()
+        .filter(|c| c.steps > 0 && c.total_bytes as f64 >= thresholds::CENSUS_GROWTH)
+    else {
+        return Vec::new();
+    };
+    series
+        .iter()
+        .filter(|s| s.kind == Kind::Host && !s.ops.is_some_and(Ops::fails))
+        .filter(|s| {
+            s.judgement
+                .as_ref()
+                .is_some_and(|j| j.verdict == Verdict::Plateau)
+        })
+        .map(|s| diagnosis::Continued {
+            series: s.series.clone(),
+            bytes: census.total_bytes,
+            steps: census.steps,
+        })
+        .collect()
+}
+
 /// The judgement of `evidence` under `budget` (`None`: any leak proven fails).
 pub fn judge(evidence: &Evidence, budget: Option<Budget>) -> Judgement {
     judge_with(evidence, budget, &Thresholds::default())
@@ -230,6 +259,45 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
             leaklab_report::human_bytes(g.allowance)
         ));
     }
+    // A host plateau the census shows went on is judged at the census's rate: what the census
+    // counts is kept, whatever the pages did.
+    let continued = if failing_from.is_none() {
+        census_continued(evidence, &series)
+    } else {
+        Vec::new()
+    };
+    for c in &continued {
+        let Some(s) = series.iter_mut().find(|s| s.series == c.series) else {
+            continue;
+        };
+        let at = |b: Budget| {
+            let level = s.judgement.as_ref().map_or(0.0, |j| j.floor_now as f64);
+            s.capacity_bytes.and_then(|cap| {
+                verdict::seconds_to_oom(
+                    cap as f64,
+                    level,
+                    c.bytes_per_request(),
+                    b.steps_per_second,
+                )
+            })
+        };
+        let fails = budget
+            .is_none_or(|b| s.capacity_bytes.is_none() || at(b).is_some_and(|t| t < b.seconds));
+        if fails {
+            s.ops = Some(Ops::Fail);
+            if let Some(b) = budget {
+                s.seconds_to_oom = at(b).or(s.seconds_to_oom);
+            }
+        }
+        notes.push(format!(
+            "{} read a plateau, but the agent's census over the {} requests after the judged ones saw the tensors reachable from Python grow {} ({} a request): the growth went on in memory the allocator had free; judged at the census's rate, it {}",
+            c.series,
+            c.steps,
+            leaklab_report::signed_bytes(c.bytes as f64),
+            leaklab_report::signed_bytes(c.bytes_per_request()),
+            if fails { "fails" } else { "lasts the budget" }
+        ));
+    }
     let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
         Outcome::Fail
     } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
@@ -253,7 +321,12 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     let mut sentence = verdict::diagnose(
         &series
             .iter()
-            .filter_map(|s| s.judgement.as_ref().map(|j| (s.kind, j.verdict)))
+            .filter_map(|s| {
+                let went_on = continued.iter().any(|c| c.series == s.series);
+                s.judgement
+                    .as_ref()
+                    .map(|j| (s.kind, if went_on { Verdict::Leak } else { j.verdict }))
+            })
             .collect::<Vec<_>>(),
         census.is_some(),
     );
@@ -265,7 +338,10 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     let (axis, owner) = match axis_series(&series) {
         Some((deciding, judged)) => {
             let garbage = garbage.iter().find(|g| g.series == deciding.series);
-            let (axis, owner) = explain(evidence, deciding, judged, garbage, t);
+            let (mut axis, owner) = explain(evidence, deciding, judged, garbage, t);
+            if let Some(c) = continued.iter().find(|c| c.series == deciding.series) {
+                diagnosis::continued(&mut axis, c);
+            }
             (Some(axis), Some(owner))
         }
         None => (None, None),

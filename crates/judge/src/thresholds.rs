@@ -112,3 +112,14 @@ pub const PYTHON_SHARE: f64 = 0.25;
 /// names (`x1`, `x2`) are as often written by hand; three or more grown in one window between
 /// two censuses are a name made per request.
 pub const SIBLINGS: usize = 3;
+
+/// The least net growth of the tensors reachable from Python (the agent's census, after minus
+/// before, over the requests after the judged ones) that makes a host plateau a growth that went
+/// on: the census counts storages exactly, so what it sees gained is kept, whatever the pages
+/// did. Checked against the corpus's calibration split
+/// (`leaklab_runner::corpus::census_growth_bounds`): above the most any must-pass subject's
+/// census gained (0 B on 2026-12-07: bounded caches full before the census, garbage collected
+/// or not reachable), at most the least a calibration leak of tensors' census gained (the 4 KiB
+/// rung over 75 requests, 307.2 kB; on validation the 1 KiB rung's 76.8 kB); set at the host
+/// noise floor's size, between them, before the rule was judged on the corpus.
+pub const CENSUS_GROWTH: f64 = 64.0 * 1024.0;

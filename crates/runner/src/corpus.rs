@@ -510,6 +510,14 @@ pub fn table(entries: &[Entry]) -> String {
         bound(upper),
         human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
     ));
+    let (lower, upper) = census_growth_bounds(entries);
+    let bytes = |b: Option<f64>| b.map_or("no recording".to_string(), human);
+    out.push_str(&format!(
+        "The census growth re-derived from the calibration split (the net bytes the agent's census saw the tensors reachable from Python gain over the requests after the judged ones): above {} (the most of a must-pass subject), at most {} (the least of a leak of tensors); the judge's constant: {}.\n\n",
+        bytes(lower),
+        bytes(upper),
+        human(leaklab_judge::thresholds::CENSUS_GROWTH)
+    ));
     use leaklab_judge::thresholds as th;
     let checks = [
         (
@@ -858,6 +866,31 @@ pub fn python_share_bounds(trials: &[Trial]) -> (Option<f64>, Option<f64>) {
     (native, python)
 }
 
+/// CENSUS_GROWTH's bounds, re-derived from the calibration recordings with the agent's census
+/// (taken over requests after the judged ones): its net growth (every tensor's bytes, after
+/// minus before). Above the most among must-pass subjects (what a bounded cache, the collector's
+/// garbage or nothing kept left there), at most the least among leaks of tensors. `None` for a
+/// side with no such recording.
+pub fn census_growth_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
+    let mut must_pass: Option<f64> = None;
+    let mut leaky: Option<f64> = None;
+    for e in entries
+        .iter()
+        .filter(|e| Side::of(&e.subject) == Side::Calibration)
+    {
+        let Some(census) = &e.scan.evidence.census else {
+            continue;
+        };
+        let grown = census.total_bytes as f64;
+        if e.truth.must_pass {
+            most(&mut must_pass, grown);
+        } else if e.truth.tensors {
+            least(&mut leaky, grown);
+        }
+    }
+    (must_pass, leaky)
+}
+
 /// `slot` raised to `value` where it is larger (set where empty).
 fn most(slot: &mut Option<f64>, value: f64) {
     *slot = Some(slot.map_or(value, |m| m.max(value)));
@@ -945,6 +978,20 @@ mod tests {
         assert!(
             lower.is_some_and(|l| l <= floor) && upper.is_some_and(|u| floor <= u),
             "HOST_NOISE_FLOOR {floor} outside the calibration's bounds: at least {lower:?} (no must-pass recording fails), at most {upper:?} (2 KiB found in 95 % at 600)"
+        );
+    }
+
+    /// CENSUS_GROWTH re-derived from the calibration recordings by its statistic
+    /// ([`census_growth_bounds`]): above every must-pass census's growth, at most every tensor
+    /// leak's.
+    #[test]
+    fn the_census_growth_is_where_the_calibration_recordings_put_it() {
+        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
+        let (lower, upper) = census_growth_bounds(&entries);
+        let growth = leaklab_judge::thresholds::CENSUS_GROWTH;
+        assert!(
+            lower.is_some_and(|l| l < growth) && upper.is_some_and(|u| growth <= u),
+            "CENSUS_GROWTH {growth} outside the calibration's bounds: above {lower:?} (every must-pass census), at most {upper:?} (every leak of tensors)"
         );
     }
 
