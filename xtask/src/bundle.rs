@@ -101,6 +101,8 @@ fn build(torch: &Torch, out: &Path) -> Result<()> {
         "leaklab-service",
         "--bin",
         "leaklab",
+        "--features",
+        crate::provision::INSTRUMENT,
     ]);
     run_cmd(cargo)?;
     // The GPU tests as a test binary: cargo prints its path in JSON messages.

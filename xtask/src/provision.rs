@@ -148,10 +148,17 @@ impl Torch {
             "--bin",
             "leaklab-service",
         ]);
-        // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it;
-        // the lab's own run needs none of it (the CLI and its fleet and watch crates: built
-        // for nothing, they were most of the build's last minute).
-        if args.iter().any(|a| a == "--zoo") {
+        // `run-lab --zoo` scans each cause with the instrument's own binary, found beside it,
+        // and reads its documents (the runner's `instrument` feature: the scan and the judge),
+        // as the corpus's table does (`judge-bench`, and `bench`, which writes it into
+        // docs/benchmarks.md); the lab's own run needs none of it (the CLI, its fleet and watch
+        // crates, the scan, the judge and rustls: built for nothing, they were most of the
+        // build's last minute).
+        let zoo = args.iter().any(|a| a == "--zoo");
+        if zoo || sub.iter().any(|s| matches!(*s, "judge-bench" | "bench")) {
+            build.args(["--features", INSTRUMENT]);
+        }
+        if zoo {
             build.args(["--package", "leaklab", "--bin", "leaklab"]);
         }
         eprintln!("leaklab: ── building the lab's binaries (release; minutes the first time)");
@@ -188,6 +195,9 @@ impl Torch {
         Ok(())
     }
 }
+
+/// The runner's feature that builds the zoo and the corpus into `leaklab-lab`.
+pub const INSTRUMENT: &str = "leaklab-runner/instrument";
 
 /// (module to import, pip requirement) for every Python package a task needs.
 const PYTHON_PACKAGES: &[(&str, &str)] = &[

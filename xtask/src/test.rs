@@ -33,7 +33,7 @@ const SELECTION: [&str; 5] = [
     "--exclude",
     "xtask",
     "--features",
-    "leaklab-service/gpu-tests",
+    "leaklab-service/gpu-tests,leaklab-runner/instrument",
 ];
 
 /// What nextest runs: every target but the benches, whose mains (criterion's, or the snapshot

@@ -462,6 +462,7 @@ impl BenchReport {
         md.push_str(&self.agent_markdown());
         md.push_str(&self.native_markdown());
         md.push_str(&self.plugin_markdown());
+        #[cfg(feature = "instrument")]
         md.push_str(&crate::corpus::markdown(std::path::Path::new(
             crate::corpus::RECORDINGS,
         )));

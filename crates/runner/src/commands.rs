@@ -58,7 +58,18 @@ pub struct JudgeBenchCommand {
     pub write: bool,
 }
 
+/// What a command of the zoo or the corpus says in a `leaklab-lab` built without them.
+#[cfg(not(feature = "instrument"))]
+const WITHOUT_INSTRUMENT: &str = "this leaklab-lab was built without the zoo and the corpus (the `instrument` feature): `cargo xtask run-lab --zoo` and `cargo xtask judge-bench` build it with them";
+
 /// `leaklab-lab judge-bench`: prints the table, and writes it where asked.
+#[cfg(not(feature = "instrument"))]
+pub fn judge_bench(_: &JudgeBenchCommand) -> anyhow::Result<()> {
+    anyhow::bail!(WITHOUT_INSTRUMENT)
+}
+
+/// `leaklab-lab judge-bench`: prints the table, and writes it where asked.
+#[cfg(feature = "instrument")]
 pub fn judge_bench(cmd: &JudgeBenchCommand) -> anyhow::Result<()> {
     let entries = crate::corpus::read(&cmd.corpus)?;
     print!("{}", crate::corpus::table(&entries));
@@ -78,7 +89,13 @@ pub fn dispatch(command: LabSubcommand) -> ExitCode {
         LabSubcommand::RunLab(mut cmd) if cmd.zoo.zoo => {
             let exe = std::env::current_exe().ok();
             cmd.zoo.zoo_dir = zoo_dir(cmd.zoo.zoo_dir, exe.as_deref());
-            crate::zoo::finish(cmd.zoo, &cmd.out, cmd.json)
+            #[cfg(feature = "instrument")]
+            return crate::zoo::finish(cmd.zoo, &cmd.out, cmd.json);
+            #[cfg(not(feature = "instrument"))]
+            {
+                eprintln!("leaklab-lab run-lab --zoo: {WITHOUT_INSTRUMENT}");
+                ExitCode::from(2)
+            }
         }
         LabSubcommand::RunLab(cmd) => {
             let output = Output::folder(&cmd.out, cmd.json);
@@ -185,7 +202,25 @@ pub struct LabCommand {
     #[arg(long)]
     pub service: Option<PathBuf>,
     #[command(flatten)]
-    pub zoo: crate::zoo::ZooArgs,
+    pub zoo: ZooArgs,
+}
+
+/// `leaklab-lab run-lab --zoo`'s flags, flattened into run-lab's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ZooArgs {
+    /// Run the zoo instead of the lab's service: every cause of lab/zoo, leaky and fixed,
+    /// scanned and compared with its entry's prediction (report in OUT/zoo).
+    #[arg(long)]
+    pub zoo: bool,
+    /// With --zoo: only this cause (repeat the flag).
+    #[arg(long, requires = "zoo", value_name = "NAME")]
+    pub only: Vec<String>,
+    /// With --zoo: the folder of the entries and serve.py.
+    #[arg(long, requires = "zoo", default_value = "lab/zoo")]
+    pub zoo_dir: PathBuf,
+    /// With --zoo: services at a time.
+    #[arg(long, requires = "zoo", default_value_t = 2)]
+    pub jobs: usize,
 }
 
 /// `--zoo-dir` as given, unless it is relative and holds no serve.py (`cargo xtask run-lab

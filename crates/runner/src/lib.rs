@@ -8,12 +8,14 @@
 
 pub mod bench;
 pub mod commands;
+#[cfg(feature = "instrument")]
 pub mod corpus;
 pub mod driver;
 pub mod expect;
 pub mod judge;
 pub mod report;
 pub mod soak;
+#[cfg(feature = "instrument")]
 pub mod zoo;
 
 pub use driver::{PythonTwin, RunOptions, VariantRun};

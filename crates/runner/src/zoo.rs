@@ -357,27 +357,9 @@ impl ZooCommand {
     }
 }
 
-/// `leaklab-lab run-lab --zoo`'s flags, flattened into run-lab's.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ZooArgs {
-    /// Run the zoo instead of the lab's service: every cause of lab/zoo, leaky and fixed,
-    /// scanned and compared with its entry's prediction (report in OUT/zoo).
-    #[arg(long)]
-    pub zoo: bool,
-    /// With --zoo: only this cause (repeat the flag).
-    #[arg(long, requires = "zoo", value_name = "NAME")]
-    pub only: Vec<String>,
-    /// With --zoo: the folder of the entries and serve.py.
-    #[arg(long, requires = "zoo", default_value = "lab/zoo")]
-    pub zoo_dir: PathBuf,
-    /// With --zoo: services at a time.
-    #[arg(long, requires = "zoo", default_value_t = 2)]
-    pub jobs: usize,
-}
-
 /// `leaklab-lab run-lab --zoo`: the zoo run, its report written into `out/zoo`, printed, and
 /// the exit code (1 when a variant did not get its predicted verdict).
-pub fn finish(args: ZooArgs, out: &Path, json: bool) -> std::process::ExitCode {
+pub fn finish(args: crate::commands::ZooArgs, out: &Path, json: bool) -> std::process::ExitCode {
     let out = out.join("zoo");
     let mut cmd = ZooCommand::new(args.zoo_dir, out.clone());
     cmd.only = args.only;
