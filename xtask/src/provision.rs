@@ -9,7 +9,7 @@
 //!    after `import torch` succeeded and the libraries were found, says so; anything less is
 //!    repaired rather than used.
 
-use crate::process::{run, run_as_is};
+use crate::process::run_as_is;
 use anyhow::{bail, Context, Result};
 use std::env;
 use std::ffi::OsString;
@@ -409,7 +409,13 @@ fn pip_install(python: &Path, args: &[&str]) -> Result<()> {
         "off",
     ])
     .args(args);
-    run(cmd).context("pip install failed (PyPI must be reachable)")
+    crate::process::run_heard(
+        cmd,
+        "pip install",
+        "still installing",
+        "pip says nothing while it unpacks what it downloaded",
+    )
+    .context("pip install failed (PyPI must be reachable)")
 }
 
 /// Imports torch with `python` and returns its lib dir when the version is the pinned one.
