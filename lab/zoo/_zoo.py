@@ -124,6 +124,9 @@ class Entry:
     known_miss_since: str = ""
     # The body of one request (inputs "same"/"vary"); with "shapes", the body of request i.
     body: Callable[[int], dict[str, Any]] | None = None
+    # Headers every request carries besides ``content-type: application/json`` ("Name: value",
+    # the scan's --header): what the service's protocol asks of a client.
+    headers: tuple[str, ...] = ()
     device: Device = "cpu"
     # Modules make_app imports, besides those every service imports (FastAPI, uvicorn,
     # leaklab's agent): ``serve.py --variants`` imports them once and forks each variant from

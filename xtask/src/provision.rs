@@ -219,6 +219,9 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("tokenizers", "tokenizers==0.22.2"),
     // The zoo's logging_handler_per_client entry: the SDK at the version of its report.
     ("paddle_billing", "paddle-python-sdk==1.10.0"),
+    // The zoo's mcp_session_per_client entry: the MCP SDK at the last release whose session
+    // manager keeps a stateful session until its client deletes it (1.27.2 reaps idle ones).
+    ("mcp", "mcp==1.26.0"),
     // The agent's native trace (leaklab[native]) and its tests.
     ("memray", "memray==1.20.0"),
     // The servers people run (docs/servers.md), at the versions their tests were written on:

@@ -251,6 +251,9 @@ pub struct Entry {
     pub predicted_after_measuring: bool,
     #[serde(default)]
     pub device: Device,
+    /// Headers every request carries besides `content-type: application/json` (`Name: value`).
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 impl Entry {
@@ -769,6 +772,9 @@ fn scan_variant(
         "--header".into(),
         "content-type: application/json".into(),
     ]);
+    for header in &entry.headers {
+        args.extend(["--header".into(), header.clone()]);
+    }
     args.extend([
         "--requests".into(),
         entry.requests.to_string(),
@@ -1504,6 +1510,7 @@ mod tests {
             predicted_in: "e595376".into(),
             predicted_after_measuring: true,
             device: Device::Cpu,
+            headers: Vec::new(),
         }
     }
 
