@@ -64,7 +64,7 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
-    predicted_in="HEAD",
+    predicted_in="deff5a0",
     predicted_after_measuring=False,
     inputs="same",
     # A client's first request, as the SDK's own client sends it.
