@@ -39,6 +39,17 @@ PREDICTION (written before any measurement, in the commit that adds this module)
   transport, anyio's streams and task group).
 - Fixed: PASS, flat or settling (each request's transport is terminated as it ends, its task
   with it). Axis none, owner none.
+
+MEASURED (added after the runs; the prediction above is kept as written, in deff5a0): three
+runs (`leaklab-lab run-lab --zoo --only mcp_session_per_client`, 2026-12-07, 2 cores): leaky
+FAIL 3 of 3, anonymous memory 54.82-55.06 kB ± 1.48-2.42 kB a request over 400 judged
+requests, per request, owner Python: the Python trace kept 41.4-42.3 kB a request (85-98
+requests), most at asyncio/locks.py:168 (each session's events and conditions), pydantic's
+main.py:280 and :792 (the session's stored initialize parameters, validated models) and anyio's
+task group (_backends/_asyncio.py:419): the SDK's dependencies' lines, not its own, so the fix
+line names asyncio's, where the prediction said the SDK's; the census grew nothing (no tensor).
+Fixed PASS 3 of 3, plateau, 512-526 B ± 1.02 kB a request. As predicted (verdict, axis,
+owner).
 """
 
 # No `from __future__ import annotations`: the SDK reads the tool's annotations.

@@ -172,6 +172,7 @@ zoo_tests! {
     gc_disabled_cycles,
     logging_handler_per_client,
     malloc_retention,
+    mcp_session_per_client,
     metrics_label_cardinality,
     nograd_threadpool,
     onednn_cache,
