@@ -190,6 +190,23 @@ def batch_body(
     }
 
 
+def zoo_site() -> None:
+    """Makes the zoo's own packages importable here, after the venv's: those an entry needs
+    that must not be importable by every service sharing the venv (``cargo xtask test`` and
+    ``run-lab --zoo`` install them into ``sys.prefix/leaklab-zoo-site``; xtask/src/provision.rs
+    says which, and why)."""
+    import sys
+
+    site = os.path.join(sys.prefix, "leaklab-zoo-site")
+    if not os.path.isdir(site):
+        raise RuntimeError(
+            f"{site} is missing: `cargo xtask test` (or `cargo xtask run-lab --zoo`) installs "
+            "the zoo's own packages there"
+        )
+    if site not in sys.path:
+        sys.path.append(site)
+
+
 def agent_middleware() -> Any:
     """leaklab's agent (``LeaklabDebug``): the installed package's, else the source tree's."""
     try:

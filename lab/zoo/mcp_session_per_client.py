@@ -21,7 +21,8 @@ Reports reproduced (read through the public trackers):
   (opt-in, off by default) reaps them later").
 
 The service: an MCP server (the ``mcp`` SDK's ``FastMCP``, mcp 1.26.0 from PyPI, the last
-release before a default idle timeout: its session manager keeps a session until DELETE) that
+release before a default idle timeout: its session manager keeps a session until DELETE;
+installed apart from the venv's packages, in the zoo's own site) that
 exposes one tool, ``predict``, a small model (a 16 -> 32 -> 1 MLP) under inference mode, served
 at ``/predict`` by Streamable HTTP. Each request the scan sends is a client's ``initialize``
 (a new client that connects, as the report's did, and never ends its session). Fixed: the same
@@ -55,7 +56,7 @@ owner).
 # No `from __future__ import annotations`: the SDK reads the tool's annotations.
 from typing import Any
 
-from _zoo import Entry, Expect, Variant
+from _zoo import Entry, Expect, Variant, zoo_site
 
 FEATURES = 16
 
@@ -91,12 +92,15 @@ ENTRY = Entry(
     },
     # Streamable HTTP answers a POST only to a client that accepts both (else 406).
     headers=("accept: application/json, text/event-stream",),
-    preload=("torch", "mcp.server.fastmcp"),
+    # Not the SDK: it lives in the zoo's own site (``zoo_site``), added in make_app.
+    preload=("torch",),
 )
 
 
 def make_app(variant: Variant) -> Any:
     import torch
+
+    zoo_site()  # the SDK is not in the venv: it would stop LitServe's services from starting
     from mcp.server.fastmcp import FastMCP
 
     torch.set_num_threads(1)

@@ -160,6 +160,8 @@ impl Torch {
         }
         if zoo {
             build.args(["--package", "leaklab", "--bin", "leaklab"]);
+            // The entries' own packages (onnxruntime, tokenizers, the MCP SDK, ...).
+            self.ensure_python_packages()?;
         }
         eprintln!("leaklab: ── building the lab's binaries (release; minutes the first time)");
         let started = std::time::Instant::now();
@@ -192,8 +194,54 @@ impl Torch {
             );
             pip_install(python, &missing)?;
         }
-        Ok(())
+        ensure_zoo_site(python)
     }
+}
+
+/// The folder, under the venv's prefix, of packages a zoo entry needs that must not be
+/// importable by every service sharing the venv; the entry appends it to its own `sys.path`
+/// (lab/zoo/_zoo.py's `zoo_site`), after the venv's packages.
+const ZOO_SITE: &str = "leaklab-zoo-site";
+
+/// What [`ZOO_SITE`] holds, pinned, each with `--no-deps` (their other dependencies are the
+/// venv's): the MCP SDK of the zoo's mcp_session_per_client and what it needs that the venv
+/// lacks. Not in the venv itself: LitServe 0.2.19 starts its MCP server wherever `mcp` is
+/// importable (server.py asks for `mcp`) but imports that server's classes only where
+/// `fastmcp` is (mcp.py), so with `mcp` alone every LitServe service died at start
+/// ("NameError: name 'MCPServer' is not defined", 2026-12-07).
+const ZOO_SITE_PACKAGES: &[&str] = &[
+    "mcp==1.26.0",
+    "httpx-sse==0.4.3",
+    "pydantic-settings==2.16.3",
+    "sse-starlette==3.7.1",
+    "PyJWT==2.15.1",
+];
+
+/// Installs [`ZOO_SITE_PACKAGES`] into [`ZOO_SITE`] under `python`'s prefix, unless the list
+/// it holds (its `requirements.txt`) is this one.
+fn ensure_zoo_site(python: &Path) -> Result<()> {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(sys.prefix)"])
+        .output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    let site = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join(ZOO_SITE);
+    let wanted = ZOO_SITE_PACKAGES.join("\n") + "\n";
+    let stamp = site.join("requirements.txt");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(());
+    }
+    eprintln!(
+        "leaklab: installing {} into {} (the zoo's own packages)",
+        ZOO_SITE_PACKAGES.join(" "),
+        site.display()
+    );
+    let target = site.display().to_string();
+    let args: Vec<&str> = ["--no-deps", "--upgrade", "--target", target.as_str()]
+        .into_iter()
+        .chain(ZOO_SITE_PACKAGES.iter().copied())
+        .collect();
+    pip_install(python, &args)?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("cannot write {}", stamp.display()))
 }
 
 /// The runner's feature that builds the zoo and the corpus into `leaklab-lab`.
@@ -219,9 +267,6 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("tokenizers", "tokenizers==0.22.2"),
     // The zoo's logging_handler_per_client entry: the SDK at the version of its report.
     ("paddle_billing", "paddle-python-sdk==1.10.0"),
-    // The zoo's mcp_session_per_client entry: the MCP SDK at the last release whose session
-    // manager keeps a stateful session until its client deletes it (1.27.2 reaps idle ones).
-    ("mcp", "mcp==1.26.0"),
     // The agent's native trace (leaklab[native]) and its tests.
     ("memray", "memray==1.20.0"),
     // The servers people run (docs/servers.md), at the versions their tests were written on:
