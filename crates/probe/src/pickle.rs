@@ -43,27 +43,29 @@ struct Pickler<'a> {
 }
 
 impl<'a> Pickler<'a> {
-    fn put(&mut self) -> u32 {
-        let key = self.memo;
+    /// A memo opcode with its key: the one-byte form (`short`) where the key fits a byte, else
+    /// the four-byte one (`long`).
+    fn memo_op(&mut self, short: u8, long: u8, key: u32) {
         match u8::try_from(key) {
-            Ok(k) => self.out.extend_from_slice(&[b'q', k]),
+            Ok(k) => self.out.extend_from_slice(&[short, k]),
             Err(_) => {
-                self.out.push(b'r');
+                self.out.push(long);
                 self.out.extend_from_slice(&key.to_le_bytes());
             }
         }
+    }
+
+    /// Stores the object just written in the memo (`BINPUT`/`LONG_BINPUT`) under the next key.
+    fn put(&mut self) -> u32 {
+        let key = self.memo;
+        self.memo_op(b'q', b'r', key);
         self.memo += 1;
         key
     }
 
+    /// Writes the object stored under `key` again (`BINGET`/`LONG_BINGET`).
     fn get(&mut self, key: u32) {
-        match u8::try_from(key) {
-            Ok(k) => self.out.extend_from_slice(&[b'h', k]),
-            Err(_) => {
-                self.out.push(b'j');
-                self.out.extend_from_slice(&key.to_le_bytes());
-            }
-        }
+        self.memo_op(b'h', b'j', key);
     }
 
     fn str(&mut self, s: &'a str) {
