@@ -217,11 +217,12 @@ fn census_continued(evidence: &Evidence, series: &[SeriesResult]) -> Vec<diagnos
     };
     series
         .iter()
-        .filter(|s| s.kind == Kind::Host && !s.ops.is_some_and(Ops::fails))
+        // A plateau never fails on its own: it lasts, whatever its slope (`verdict::ops`).
         .filter(|s| {
-            s.judgement
-                .as_ref()
-                .is_some_and(|j| j.verdict == Verdict::Plateau)
+            s.kind == Kind::Host
+                && s.judgement
+                    .as_ref()
+                    .is_some_and(|j| j.verdict == Verdict::Plateau)
         })
         .map(|s| diagnosis::Continued {
             series: s.series.clone(),
@@ -270,23 +271,34 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
         let Some(s) = series.iter_mut().find(|s| s.series == c.series) else {
             continue;
         };
-        let at = |b: Budget| {
-            let level = s.judgement.as_ref().map_or(0.0, |j| j.floor_now as f64);
-            s.capacity_bytes.and_then(|cap| {
-                verdict::seconds_to_oom(
-                    cap as f64,
-                    level,
-                    c.bytes_per_request(),
-                    b.steps_per_second,
-                )
-            })
+        let Some(judged) = &s.judgement else {
+            continue;
         };
-        let fails = budget
-            .is_none_or(|b| s.capacity_bytes.is_none() || at(b).is_some_and(|t| t < b.seconds));
+        // The series as the census reads it: still climbing, at the census's exact rate (its
+        // bounds are itself), judged by the ops rule every series is judged by.
+        let rate = c.bytes_per_request();
+        let at_census_rate = NoisyJudgement {
+            verdict: Verdict::Leak,
+            slope: leaklab_detect::Slope {
+                bytes_per_request: rate,
+                low: rate,
+                high: rate,
+            },
+            ..judged.clone()
+        };
+        let (ops, seconds) = match budget {
+            Some(b) => verdict::ops(&at_census_rate, s.capacity_bytes, b),
+            None => verdict::unbudgeted(
+                &at_census_rate,
+                s.capacity_bytes,
+                evidence.requests_per_second,
+            ),
+        };
+        let fails = ops.fails();
         if fails {
-            s.ops = Some(Ops::Fail);
-            if let Some(b) = budget {
-                s.seconds_to_oom = at(b).or(s.seconds_to_oom);
+            s.ops = Some(ops);
+            if budget.is_some() {
+                s.seconds_to_oom = seconds.or(s.seconds_to_oom);
             }
         }
         notes.push(format!(
