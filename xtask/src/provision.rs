@@ -267,6 +267,8 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("tokenizers", "tokenizers==0.22.2"),
     // The zoo's logging_handler_per_client entry: the SDK at the version of its report.
     ("paddle_billing", "paddle-python-sdk==1.10.0"),
+    // The zoo's pyplot_figures_kept entry: pyplot's figure manager, drawn on Agg.
+    ("matplotlib", "matplotlib==3.11.2"),
     // The agent's native trace (leaklab[native]) and its tests.
     ("memray", "memray==1.20.0"),
     // The servers people run (docs/servers.md), at the versions their tests were written on:
