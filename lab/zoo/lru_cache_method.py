@@ -58,7 +58,7 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "5", "--fail-if-oom-within", "1d"),
-    predicted_in="",
+    predicted_in="ae25e4d",
     predicted_after_measuring=False,
     inputs="same",
     requests=400,
