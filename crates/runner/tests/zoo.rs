@@ -170,6 +170,7 @@ zoo_tests! {
     exceptions_kept,
     forward_hook,
     gc_disabled_cycles,
+    jit_trace_per_request,
     logging_handler_per_client,
     lru_cache_method,
     malloc_retention,
