@@ -51,7 +51,7 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-request", owner="native"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "5", "--fail-if-oom-within", "1d"),
-    predicted_in="",
+    predicted_in="67e4fd7",
     predicted_after_measuring=False,
     inputs="same",
     requests=400,
