@@ -183,6 +183,7 @@ zoo_tests! {
     shape_cache_capped,
     thread_per_request,
     tokenizer_growth,
+    warnings_unique_text,
     worker_process,
     ;
     cuda:
