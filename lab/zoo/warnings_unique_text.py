@@ -62,7 +62,7 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-input", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     budget=("--capacity", "1GiB", "--rate", "10", "--fail-if-oom-within", "7d"),
-    predicted_in="",
+    predicted_in="cba3322",
     predicted_after_measuring=False,
     inputs="shapes",
     requests=600,
