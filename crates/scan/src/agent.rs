@@ -132,8 +132,12 @@ async fn route(
     method: reqwest::Method,
     url: &str,
 ) -> Result<serde_json::Value> {
-    let response = client
-        .request(method, url)
+    answer(client.request(method, url), url).await
+}
+
+/// The answer of a request built (with a timeout of its own, where it waits on a window).
+async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<serde_json::Value> {
+    let response = request
         .send()
         .await
         .map_err(|e| anyhow::anyhow!("{url}: {}", leaklab_client::describe(&e)))?;
@@ -171,11 +175,17 @@ pub async fn trim(client: &reqwest::Client, base: &str) -> Result<Trim> {
     Ok(trim)
 }
 
+/// The longest window an agent's owner may allow a trace (`python_trace_max_seconds`,
+/// `native_max_seconds`: at most 600 s, `_MAX_SECONDS` in asgi.py), and a minute more for its
+/// snapshots: a trace's own timeout, in place of the request timeout. The scan bounds its wait
+/// for the answer itself once the window's requests are sent (`trace_window`).
+pub const WINDOW_CEILING: std::time::Duration = std::time::Duration::from_secs(660);
+
 /// `POST {base}/pytrace?requests=N` (opt-in: `python_trace_max_seconds`, whose ceiling bounds
 /// the window): answers when the window ends, so the caller drives its requests meanwhile.
 pub async fn pytrace(client: &reqwest::Client, base: &str, requests: usize) -> Result<PyTrace> {
     let url = format!("{}/pytrace?requests={requests}", base.trim_end_matches('/'));
-    let value = route(client, reqwest::Method::POST, &url).await?;
+    let value = answer(client.post(&url).timeout(WINDOW_CEILING), &url).await?;
     serde_json::from_value(value)
         .map_err(|e| anyhow::anyhow!("{url}: a malformed Python trace: {e}"))
 }
@@ -199,7 +209,7 @@ pub async fn native(
         "{}/native?requests={requests}{seconds}",
         base.trim_end_matches('/')
     );
-    let value = route(client, reqwest::Method::POST, &url).await?;
+    let value = answer(client.post(&url).timeout(WINDOW_CEILING), &url).await?;
     serde_json::from_value(value)
         .map_err(|e| anyhow::anyhow!("{url}: a malformed native trace: {e}"))
 }

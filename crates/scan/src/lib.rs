@@ -716,7 +716,23 @@ where
         }
         last = (last + requests / 2).min(most);
     }
-    match asked.await {
+    // The window's requests are sent: its answer is a request like any other from here (the
+    // snapshots and their comparison come after the window closes: a heap of kept pyplot
+    // figures took past the request timeout, counted from the ask, on 2026-12-07).
+    let wait = options.http.timeout.unwrap_or(Duration::from_secs(30));
+    let mut asked = asked;
+    let asked = match tokio::time::timeout(wait, &mut asked).await {
+        Ok(joined) => joined,
+        Err(_) => {
+            asked.abort();
+            state.notes.push(format!(
+                "no {what} trace: no answer within {} after its window's requests were sent",
+                humantime::format_duration(wait)
+            ));
+            return None;
+        }
+    };
+    match asked {
         Ok(Ok(traced)) => {
             if let Some(said) = (trace.note)(&traced) {
                 state.notes.push(format!("the {what} trace: {said}"));
