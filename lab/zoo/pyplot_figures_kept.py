@@ -33,6 +33,15 @@ PREDICTION (written before any measurement, in the commit that adds this module)
   lines (figure, axes and artists made under ``plt.figure`` and ``imshow``); the renderer's
   buffer is native, and is predicted the smaller part.
 - Fixed: PASS, flat; axis none, owner none.
+
+REVISED AFTER MEASURING (the prediction above is kept as written in ae25e4d; the revision is
+not a prediction, and the zoo's table marks the row "after measuring"): the first three runs
+read the fixed twin PASS, plateau, given back, bounded, owner native: rising ~8 MB over the
+judged requests and holding, while ``malloc_trim(0)`` returned 19-21 MB: each request makes and
+frees a figure's thousands of objects, and the allocator keeps what they churned. "none" was
+wrong; ``ENTRY.fixed`` now says what was read. The leaky twin's owner read native in the first
+run because the scan stopped waiting for the agent's Python trace (the trace answered after its
+30 s window, past the scan's request timeout): fixed in the scan (54e0b80), then as predicted.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
@@ -59,10 +68,15 @@ ENTRY = Entry(
     below_python=False,
     must_pass=False,
     leaky=Expect(verdict="fail", axis="per-request", owner="python"),
-    fixed=Expect(verdict="pass", axis="none", owner="none"),
+    # Revised after measuring (the prediction in ae25e4d said "pass, none, none"): below.
+    fixed=Expect(verdict="pass", axis="given-back", owner="native"),
+    known_miss="the fixed twin's rise (~8 MB, 2.0-2.1 % of the service) is at "
+    "SETTLED_GIVEN_BACK_SHARE (2 %): under it the same memory the allocator keeps reads as the "
+    "service settling (axis none)",
+    known_miss_since="",
     budget=("--capacity", "1GiB", "--rate", "1", "--fail-if-oom-within", "1d"),
     predicted_in="ae25e4d",
-    predicted_after_measuring=False,
+    predicted_after_measuring=True,
     inputs="same",
     requests=200,
     warmup=50,

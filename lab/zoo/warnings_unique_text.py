@@ -31,6 +31,9 @@ PREDICTION (written before any measurement, in the commit that adds this module)
   (a row sent again finds its text in the registry and adds nothing). Owner Python: objects that
   hold no tensor, the Python trace naming the ``warnings.warn`` line of the service.
 - Fixed: PASS, flat; axis none, owner none.
+
+DECLARED after its first runs (a limit of the instrument they showed, in the commit that sets
+``known_miss``): the leak may be read as a plateau at 600 judged requests (below).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
@@ -61,6 +64,10 @@ ENTRY = Entry(
     must_pass=False,
     leaky=Expect(verdict="fail", axis="per-new-input", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
+    known_miss="about 1 kB a request over 600 judged requests is at the detector's limit on the "
+    "host noise floor: its floor's last half rises 3.75 noise amplitudes where TAIL_RISE asks 4, "
+    "and its bound does not clear zero, so the leak may read as a plateau, which passes",
+    known_miss_since="",
     budget=("--capacity", "1GiB", "--rate", "10", "--fail-if-oom-within", "7d"),
     predicted_in="cba3322",
     predicted_after_measuring=False,
