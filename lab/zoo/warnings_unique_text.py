@@ -49,8 +49,16 @@ LOG = logging.getLogger("zoo.low_confidence")
 
 
 def body(i: int) -> dict[str, Any]:
-    """Request i: a row of features no other request sends."""
-    return {"inputs": [((i * 31 + c) % 997) / 997.0 for c in range(FEATURES)]}
+    """Request i: a row of features no other request sends (to the four decimals the warning
+    prints). As first written (cba3322) the rows came back every 997 requests, so the
+    requests after the judged ones, where the agent's Python trace looks, sent rows already
+    seen: the trace saw nothing kept and the owner read native. Fixed after its first runs to
+    do what this line says, the prediction unchanged."""
+    return {
+        "inputs": [
+            ((i * 7919 + c * 31) % 1_000_003) / 1_000_003 for c in range(FEATURES)
+        ]
+    }
 
 
 ENTRY = Entry(
@@ -65,8 +73,10 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-input", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     known_miss="about 1 kB a request over 600 judged requests is at the detector's limit on the "
-    "host noise floor: its floor's last half rises 3.75 noise amplitudes where TAIL_RISE asks 4, "
-    "and its bound does not clear zero, so the leak may read as a plateau, which passes",
+    "host noise floor: its floor's last half rises 3-3.75 noise amplitudes where TAIL_RISE asks "
+    "4, and its bound does not clear zero, so the leak may read as a plateau, which passes; where "
+    "it is found, its 300 repeats' bound (-1.82 kB .. 627 B a repeat) tells neither axis "
+    "(undetermined)",
     known_miss_since="71cc6dd",
     budget=("--capacity", "1GiB", "--rate", "10", "--fail-if-oom-within", "7d"),
     predicted_in="cba3322",
