@@ -131,6 +131,35 @@ def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
     assert ours < 256, doc["top"][:5]
 
 
+def test_a_request_that_failed_is_never_answered_and_the_snapshots_still_come_between_requests() -> None:
+    """A request that raised is counted as started and never as answered: one in flight for
+    good. Half the patience waits for none at all; then the fewest seen is taken as none."""
+    started, answered = [1], [0]  # the one that failed
+    result: dict[str, PyTraceDoc] = {}
+
+    def window() -> None:
+        result["doc"] = trace_for(
+            20,
+            max_seconds=20,
+            requests=20,
+            counter=lambda: answered[0],
+            activity=lambda: (started[0], answered[0]),
+        )
+
+    tracer = threading.Thread(target=window)
+    tracer.start()
+    time.sleep(0.05)
+    while tracer.is_alive():
+        started[0] += 1
+        time.sleep(0.005)
+        answered[0] += 1
+        time.sleep(0.005)
+    tracer.join()
+    doc = result["doc"]
+    assert doc["between_requests"], doc["note"]
+    assert doc["requests"] >= 16, doc
+
+
 def test_a_process_that_already_traces_is_read_and_left_tracing() -> None:
     tracemalloc.start(1)
     try:
