@@ -175,6 +175,19 @@ def rows_of(body: Any, most: int) -> tuple[int, int]:
     )
 
 
+def matrix_of(body: Any, key: str, rows: int, width: int) -> list[list[float]]:
+    """The body's ``key``: ``rows`` lists of ``width`` numbers; ValueError, said plainly,
+    otherwise."""
+    value = body.get(key) if isinstance(body, dict) else None
+    if (
+        isinstance(value, list)
+        and len(value) == rows
+        and all(isinstance(r, list) and len(r) == width for r in value)
+    ):
+        return value
+    raise ValueError(f'the body must be {{"{key}": [{rows} lists of {width} numbers]}}')
+
+
 def batch_body(
     rows: int, features: int, period: int, offset: float = 0.0
 ) -> dict[str, Any]:

@@ -37,7 +37,7 @@ PREDICTION (written before any measurement, in the commit that adds this module)
 import functools
 from typing import Annotated, Any
 
-from _zoo import Entry, Expect, Variant
+from _zoo import Entry, Expect, Variant, matrix_of
 
 ROWS, WIDTH = 4, 256
 
@@ -104,16 +104,10 @@ def make_app(variant: Variant) -> Any:
 
     @app.post("/predict")
     async def predict(body: Annotated[Any, Body()]) -> dict[str, Any]:
-        rows = body.get("features") if isinstance(body, dict) else None
-        if (
-            not isinstance(rows, list)
-            or len(rows) != ROWS
-            or not all(isinstance(r, list) and len(r) == WIDTH for r in rows)
-        ):
-            raise HTTPException(
-                status_code=422,
-                detail=f'the body must be {{"features": [{ROWS} lists of {WIDTH} numbers]}}',
-            )
+        try:
+            rows = matrix_of(body, "features", ROWS, WIDTH)
+        except ValueError as e:
+            raise HTTPException(status_code=422, detail=str(e)) from None
         batch = Batch(rows)
         out = batch.embedding()
         return {"norm": float(out.norm()), "first": float(batch.embedding()[0, 0])}

@@ -49,7 +49,7 @@ import base64
 import io
 from typing import Annotated, Any
 
-from _zoo import Entry, Expect, Variant
+from _zoo import Entry, Expect, Variant, matrix_of
 
 ROWS, WIDTH = 16, 64
 
@@ -114,16 +114,10 @@ def make_app(variant: Variant) -> Any:
 
     @app.post("/predict")
     async def predict(body: Annotated[Any, Body()]) -> dict[str, Any]:
-        rows = body.get("features") if isinstance(body, dict) else None
-        if (
-            not isinstance(rows, list)
-            or len(rows) != ROWS
-            or not all(isinstance(r, list) and len(r) == WIDTH for r in rows)
-        ):
-            raise HTTPException(
-                status_code=422,
-                detail=f'the body must be {{"features": [{ROWS} lists of {WIDTH} numbers]}}',
-            )
+        try:
+            rows = matrix_of(body, "features", ROWS, WIDTH)
+        except ValueError as e:
+            raise HTTPException(status_code=422, detail=str(e)) from None
         with torch.inference_mode():
             out = model(torch.tensor(rows, dtype=torch.float32))
         return {"score": float(out.mean()), "png": heat_map(out.numpy())}
