@@ -76,6 +76,10 @@ pub struct SixTests {
     pub pytest_seconds: f64,
     pub loop_seconds: f64,
     pub ratio: f64,
+    /// The same file with `leak_check` a plain fixture that only makes the calls, the plugin
+    /// not loaded: pytest's own session, the floor under any plugin.
+    #[serde(default)]
+    pub pytest_plain_seconds: Option<f64>,
 }
 
 /// What the agent's native trace costs: crates/cli/python/bench/native_window.py's JSON.
@@ -552,6 +556,13 @@ impl BenchReport {
             "\nA file of six small leak tests (three keep 2 kB a call, three keep nothing; a 512 -> 512 `Linear` on a batch of 8 a call, 30 + 300 calls each), run by pytest in the same process as the plain loop of the same calls, side by side: pytest {:.2} s, the loop {:.2} s, **{:.1}x** (goal 1.5x).\n",
             p.six.pytest_seconds, p.six.loop_seconds, p.six.ratio
         ));
+        if let Some(plain) = p.six.pytest_plain_seconds {
+            md.push_str(&format!(
+                "The same file with `leak_check` a fixture that only makes the calls, the plugin not loaded (pytest's own session, the floor under any plugin): {:.2} s, **{:.1}x** the loop.\n",
+                plain,
+                plain / p.six.loop_seconds
+            ));
+        }
         md
     }
 
@@ -676,6 +687,17 @@ mod tests {
         );
         assert!(
             md.contains("pytest 2.67 s, the loop 0.15 s, **17.9x** (goal 1.5x)"),
+            "{md}"
+        );
+        // A measurement from before pytest alone was timed says nothing of it.
+        assert!(!md.contains("pytest's own session"), "{md}");
+        let mut with_floor = report.clone();
+        if let Some(p) = with_floor.plugin.as_mut() {
+            p.six.pytest_plain_seconds = Some(0.30);
+        }
+        let md = with_floor.markdown("test");
+        assert!(
+            md.contains("the plugin not loaded (pytest's own session, the floor under any plugin): 0.30 s, **2.0x** the loop."),
             "{md}"
         );
         assert!(

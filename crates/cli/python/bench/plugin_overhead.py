@@ -11,7 +11,9 @@ Imports torch, FastAPI and pytest (the objects a real test session holds), then 
   around 100 further calls, and the judge again);
 - a file of six small leak tests (three keep 2 kB a call, three keep nothing; each call a
   512 -> 512 ``Linear`` on a batch of 8; the fixture's default call counts), run by pytest in
-  this process, against a plain loop of the same calls in this process, side by side;
+  this process, against a plain loop of the same calls in this process, side by side, and the
+  same file under pytest with ``leak_check`` a fixture that only makes its calls and the plugin
+  not loaded (pytest's own session: the floor under any plugin);
 - the parts alone: one full census, one tally, one ``gc.collect()`` with and without the
   collector frozen, one ``leaklab judge`` subprocess on a 300-call request.
 """
@@ -139,7 +141,9 @@ def main() -> None:
     six = six_tests(args.repeat)
     print(
         f"\nSix small leak tests: pytest {six['pytest_seconds']:.2f} s, the plain loop of the same calls "
-        f"{six['loop_seconds']:.2f} s: {six['ratio']:.2f}x (medians of {args.repeat} side by side)"
+        f"{six['loop_seconds']:.2f} s: {six['ratio']:.2f}x (medians of {args.repeat} side by side); "
+        f"pytest alone (the calls in a plain fixture, no plugin) {six['pytest_plain_seconds']:.2f} s: "
+        f"{six['pytest_plain_seconds'] / six['loop_seconds']:.2f}x"
     )
     if args.json:
         with open(args.json, "w") as f:
@@ -194,9 +198,25 @@ def test_clean_c(leak_check):
 """
 
 
+# ``leak_check`` as a plain fixture: the same calls (30 + 300), no samples, no verdict.
+PLAIN_CONFTEST = """
+import pytest
+
+
+@pytest.fixture
+def leak_check():
+    def check(f):
+        for _ in range(330):
+            f()
+
+    return check
+"""
+
+
 def six_tests(repeat: int) -> dict[str, Any]:
-    """The file of six tests under pytest (in this process, the plugin loaded), and the plain
-    loop of the same calls (6 x 330), interleaved, ``repeat`` times each; medians."""
+    """The file of six tests under pytest (in this process, the plugin loaded), the same file
+    with ``leak_check`` a plain fixture and the plugin not loaded, and the plain loop of the
+    same calls (6 x 330), interleaved, ``repeat`` times each; medians."""
     import tempfile
 
     import pytest
@@ -206,6 +226,12 @@ def six_tests(repeat: int) -> dict[str, Any]:
     path = os.path.join(folder, "test_six.py")
     with open(path, "w") as f:
         f.write(SIX)
+    plain_folder = tempfile.mkdtemp(prefix="leaklab-six-plain-")
+    plain = os.path.join(plain_folder, "test_six.py")
+    with open(plain, "w") as f:
+        f.write(SIX)
+    with open(os.path.join(plain_folder, "conftest.py"), "w") as f:
+        f.write(PLAIN_CONFTEST)
     model, x, kept = torch.nn.Linear(512, 512), torch.randn(8, 512), []
 
     def loop() -> None:
@@ -225,6 +251,7 @@ def six_tests(repeat: int) -> dict[str, Any]:
         [] if registered and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else ["-p", "leaklab.pytest_plugin"]
     )
     runs: list[float] = []
+    plains: list[float] = []
     loops: list[float] = []
     outcomes: list[int] = []
     for _ in range(repeat):
@@ -235,9 +262,20 @@ def six_tests(repeat: int) -> dict[str, Any]:
         runs.append(time.perf_counter() - t)
         outcomes.append(int(code))
         sys.modules.pop("test_six", None)
+        t = time.perf_counter()
+        pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:leaklab", plain])
+        plains.append(time.perf_counter() - t)
+        sys.modules.pop("test_six", None)
+        sys.modules.pop("conftest", None)
         loops.append(timed(loop, 1)[0])
     p, lo = statistics.median(runs), statistics.median(loops)
-    return {"pytest_seconds": p, "loop_seconds": lo, "ratio": p / lo, "exit_codes": outcomes}
+    return {
+        "pytest_seconds": p,
+        "pytest_plain_seconds": statistics.median(plains),
+        "loop_seconds": lo,
+        "ratio": p / lo,
+        "exit_codes": outcomes,
+    }
 
 
 if __name__ == "__main__":
