@@ -33,11 +33,6 @@ pub struct NoisyConfig {
     /// The shortest window: allocators step in patterns a few requests long (glibc's arenas,
     /// a page every few requests), and a window shorter than the pattern reads it as noise.
     pub min_window: usize,
-    /// A tail (the floor's last half) whose level rose by more than this many noise amplitudes
-    /// still climbs, whatever its slope's bound (`None`: only the bound says so). The judge sets
-    /// it (`leaklab_judge::thresholds::TAIL_RISE`).
-    #[serde(default)]
-    pub tail_rise_noises: Option<f64>,
 }
 
 impl NoisyConfig {
@@ -48,7 +43,6 @@ impl NoisyConfig {
             quantum_bytes: 4096.0,
             floor_points: 25,
             min_window: 8,
-            tail_rise_noises: None,
         }
     }
 }
@@ -159,25 +153,12 @@ pub fn judge_noisy(samples: &[Sample], config: &NoisyConfig) -> Result<NoisyJudg
     let noise = noise(&floor, config.quantum_bytes);
     let slope = theil_sen_deterministic(&floor, noise);
     let tail_slope = theil_sen_deterministic(&floor[floor.len() / 2..], noise);
+    let stretch = (floor.len() / 8).max(2);
     let level = |part: &[Sample]| median(&mut part.iter().map(|s| s.1 as f64).collect::<Vec<_>>());
-    // How far a stretch of the floor rose: the median of its last eighth against its first's.
-    let rise = |part: &[Sample]| {
-        let stretch = (part.len() / 8).max(2);
-        level(&part[part.len() - stretch..]) - level(&part[..stretch])
-    };
-    let rise_bytes = rise(&floor);
+    let rise_bytes = level(&floor[floor.len() - stretch..]) - level(&floor[..stretch]);
     let climbing = slope.low > 0.0;
-    // The tail climbs where its slope's bound clears zero, or where its level rose more than
-    // `tail_rise_noises` noise amplitudes: a plateau is growth seen to stop. Twelve floor points
-    // of a leak of 1 kB a request on the host noise floor rise ~5 noise amplitudes and their
-    // bound does not clear zero (the zoo's warnings_unique_text, +720 kB evenly over 640
-    // requests, read a plateau; lab/corpus/README.md).
-    let tail = &floor[floor.len() / 2..];
-    let tail_rose = config
-        .tail_rise_noises
-        .is_some_and(|noises| rise(tail) > noises * noise);
-    let still_climbing = (tail_slope.low > 0.0 || tail_rose)
-        && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
+    let still_climbing =
+        tail_slope.low > 0.0 && tail_slope.bytes_per_request > 0.5 * slope.bytes_per_request;
     let verdict = if climbing && still_climbing {
         Verdict::Leak
     } else if climbing || rise_bytes > 2.0 * noise {
@@ -220,40 +201,6 @@ mod tests {
             .collect();
         let j = judge_noisy(&s, &NoisyConfig::new(20)).unwrap();
         assert_eq!(j.verdict, Verdict::Flat, "{j:?}");
-    }
-
-    #[test]
-    fn a_slow_leak_whose_tail_rises_is_a_leak_and_one_that_stopped_stays_a_plateau() {
-        // The zoo's warnings_unique_text as read: +1.15 kB a request in 64 KiB steps, 600
-        // judged requests, on the host noise floor.
-        let host = |rise: Option<f64>| NoisyConfig {
-            quantum_bytes: 65_536.0,
-            tail_rise_noises: rise,
-            ..NoisyConfig::new(0)
-        };
-        let steps = |i: u64| 300_000_000 + (1150 * i as i64 / 65_536) * 65_536;
-        let slow: Vec<Sample> = (0..600).map(|i| (i, steps(i))).collect();
-        let without = judge_noisy(&slow, &host(None)).unwrap();
-        assert_eq!(without.verdict, Verdict::Plateau, "{without:?}");
-        assert!(without.tail_slope.low <= 0.0, "{without:?}");
-        assert_eq!(
-            judge_noisy(&slow, &host(Some(4.0))).unwrap().verdict,
-            Verdict::Leak
-        );
-        // The same climb stopped halfway: its tail is level, so it stays a plateau; and half
-        // the rate rises under four noise amplitudes in its tail: a plateau still.
-        let stopped: Vec<Sample> = (0..600).map(|i| (i, steps(i.min(300)))).collect();
-        assert_eq!(
-            judge_noisy(&stopped, &host(Some(4.0))).unwrap().verdict,
-            Verdict::Plateau
-        );
-        let slower: Vec<Sample> = (0..600)
-            .map(|i| (i, 300_000_000 + (575 * i as i64 / 65_536) * 65_536))
-            .collect();
-        assert_ne!(
-            judge_noisy(&slower, &host(Some(4.0))).unwrap().verdict,
-            Verdict::Leak
-        );
     }
 
     #[test]

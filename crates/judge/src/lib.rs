@@ -55,15 +55,12 @@ pub struct Judgement {
 pub struct Thresholds {
     /// The least noise host memory is judged against ([`thresholds::HOST_NOISE_FLOOR`]).
     pub host_noise_floor: f64,
-    /// The tail's rise that shows a growth still climbing ([`thresholds::TAIL_RISE`]).
-    pub tail_rise: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Thresholds {
         Thresholds {
             host_noise_floor: thresholds::HOST_NOISE_FLOOR,
-            tail_rise: thresholds::TAIL_RISE,
         }
     }
 }
@@ -72,7 +69,6 @@ impl Default for Thresholds {
 /// memory moves in allocator steps, so its noise is at least the host noise floor.
 pub fn noisy_config(kind: Kind, warmup: usize, t: &Thresholds) -> NoisyConfig {
     let mut config = NoisyConfig::new(warmup);
-    config.tail_rise_noises = Some(t.tail_rise);
     if kind == Kind::Host {
         config.quantum_bytes = config.quantum_bytes.max(t.host_noise_floor);
     }

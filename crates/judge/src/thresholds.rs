@@ -24,19 +24,6 @@
 /// 128 KiB misses 2 KiB leaks.
 pub const HOST_NOISE_FLOOR: f64 = 64.0 * 1024.0;
 
-/// How far, in noise amplitudes of its floor, the last half of a series must rise for a growth
-/// to read as still climbing where the tail's own slope bound cannot clear zero: a plateau is a
-/// growth seen to stop, not one whose tail lacks proof (a leak of 1 kB a request read a plateau
-/// at 600 judged requests on the host noise floor: the zoo's warnings_unique_text, the corpus's
-/// 1 KiB rung).
-///
-/// Set by the corpus's calibration split: the smallest whole multiple (1 to 8) under which no
-/// must-pass calibration recording fails at 300, 600 or 1,000 judged requests (the collector's
-/// garbage left out, as for [`HOST_NOISE_FLOOR`]); each multiple above it finds fewer leaks
-/// (`leaklab_runner::corpus::tail_rise_bound`). On 2026-12-07: 4 (at 3, lru-cache-128x16k, a
-/// cache that churns through glibc's heap, fails at 600).
-pub const TAIL_RISE: f64 = 4.0;
-
 /// Repeats that grow, at the most of their bound (Theil–Sen's, or their rise's where tighter:
 /// [`leaklab_detect::NoisyJudgement::rise_high`]), less than this share of what new inputs add (and are not a
 /// leak themselves) make the growth per new input: most of it follows new inputs.

@@ -99,7 +99,6 @@ pub fn judge(
     }
     let mut config = NoisyConfig::new(0);
     config.quantum_bytes = config.quantum_bytes.max(floor);
-    config.tail_rise_noises = Some(crate::thresholds::TAIL_RISE);
     let mut processes: Vec<ProcessGrowth> = series
         .into_iter()
         .map(|(pid, samples)| {

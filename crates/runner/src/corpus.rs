@@ -510,11 +510,6 @@ pub fn table(entries: &[Entry]) -> String {
         bound(upper),
         human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
     ));
-    out.push_str(&format!(
-        "The tail rise re-derived from the calibration split (whole multiples of the noise, 1 to 8): the smallest under which no must-pass calibration recording but the collector's garbage fails at any window, {}; the judge's constant: {}.\n\n",
-        tail_rise_bound(entries).map_or("none of the grid".to_string(), |k| format!("{k}")),
-        leaklab_judge::thresholds::TAIL_RISE
-    ));
     let (lower, upper) = census_growth_bounds(entries);
     let bytes = |b: Option<f64>| b.map_or("no recording".to_string(), human);
     out.push_str(&format!(
@@ -732,7 +727,6 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
         .collect();
     let under = |floor: f64| Thresholds {
         host_noise_floor: floor,
-        ..Thresholds::default()
     };
     let lower = grid.iter().copied().find(|&floor| {
         calibration
@@ -761,32 +755,6 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
         !two.is_empty() && found as f64 >= FOUND_SHARE * two.len() as f64
     });
     (lower, upper)
-}
-
-/// TAIL_RISE re-derived from the calibration split: the smallest whole multiple of the noise
-/// (1 to 8) under which no must-pass calibration recording fails at 300, 600 or 1,000 judged
-/// requests (the collector's garbage left out, as for the host noise floor). Each multiple above
-/// it reads more slow leaks as plateaus, so the judge takes this one. `None` where no multiple
-/// of the grid meets it.
-pub fn tail_rise_bound(entries: &[Entry]) -> Option<f64> {
-    let must_pass: Vec<&Entry> = entries
-        .iter()
-        .filter(|e| {
-            Side::of(&e.subject) == Side::Calibration && e.truth.must_pass && !e.truth.garbage()
-        })
-        .collect();
-    (1..=8).map(f64::from).find(|&noises| {
-        let under = Thresholds {
-            tail_rise: noises,
-            ..Thresholds::default()
-        };
-        must_pass.iter().all(|e| {
-            windows(&e.scan.evidence).into_iter().all(|n| {
-                let t = trial(e, n, &under);
-                !t.eligible() || !t.false_alarm(None)
-            })
-        })
-    })
 }
 
 /// REPEAT_SHARE's bounds, re-derived from the calibration trials, over the leaks that failed
@@ -1010,20 +978,6 @@ mod tests {
         assert!(
             lower.is_some_and(|l| l <= floor) && upper.is_some_and(|u| floor <= u),
             "HOST_NOISE_FLOOR {floor} outside the calibration's bounds: at least {lower:?} (no must-pass recording fails), at most {upper:?} (2 KiB found in 95 % at 600)"
-        );
-    }
-
-    /// TAIL_RISE re-derived from the calibration recordings by its statistic
-    /// ([`tail_rise_bound`]): the smallest multiple under which no must-pass recording fails.
-    #[test]
-    fn the_tail_rise_is_where_the_calibration_recordings_put_it() {
-        let entries = read(&root().join(RECORDINGS)).expect("the corpus");
-        let rise = leaklab_judge::thresholds::TAIL_RISE;
-        let bound = tail_rise_bound(&entries);
-        assert_eq!(
-            bound,
-            Some(rise),
-            "TAIL_RISE {rise} is not the calibration's: the smallest multiple of the noise under which no must-pass recording fails is {bound:?}"
         );
     }
 
