@@ -73,9 +73,9 @@ ENTRY = Entry(
     leaky=Expect(verdict="fail", axis="per-new-input", owner="python"),
     fixed=Expect(verdict="pass", axis="none", owner="none"),
     known_miss="about 1 kB a request over 600 judged requests is at the detector's limit on the "
-    "host noise floor: its floor's last half rises 3-3.75 noise amplitudes where TAIL_RISE asks "
-    "4, and its bound does not clear zero, so the leak may read as a plateau, which passes; where "
-    "it is found, its 300 repeats' bound (-1.82 kB .. 627 B a repeat) tells neither axis "
+    "host noise floor: a leak must prove that the last half of its floor still climbs, and that "
+    "half's bound does not clear zero, so the leak may read as a plateau, which passes; where it "
+    "is found, its 300 repeats' bound (-1.82 kB .. 627 B a repeat) tells neither axis "
     "(undetermined)",
     known_miss_since="799255a",
     budget=("--capacity", "1GiB", "--rate", "10", "--fail-if-oom-within", "7d"),
