@@ -179,7 +179,7 @@ pub async fn trim(client: &reqwest::Client, base: &str) -> Result<Trim> {
 /// `native_max_seconds`: at most 600 s, `_MAX_SECONDS` in asgi.py), and a minute more for its
 /// snapshots: a trace's own timeout, in place of the request timeout. The scan bounds its wait
 /// for the answer itself once the window's requests are sent (`trace_window`).
-pub const WINDOW_CEILING: std::time::Duration = std::time::Duration::from_secs(660);
+const WINDOW_CEILING: std::time::Duration = std::time::Duration::from_secs(660);
 
 /// `POST {base}/pytrace?requests=N` (opt-in: `python_trace_max_seconds`, whose ceiling bounds
 /// the window): answers when the window ends, so the caller drives its requests meanwhile.

@@ -694,7 +694,7 @@ where
 {
     let what = trace.what;
     let requests = TRACE_REQUESTS.min(options.requests.max(20));
-    let asked = tokio::spawn((trace.ask)(requests));
+    let mut asked = tokio::spawn((trace.ask)(requests));
     // The tracer starts in the service's thread: a moment before the window's requests.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut last = *sent + requests + requests / 4;
@@ -720,7 +720,6 @@ where
     // snapshots and their comparison come after the window closes: a heap of kept pyplot
     // figures took past the request timeout, counted from the ask, on 2026-12-07).
     let wait = options.http.timeout.unwrap_or(Duration::from_secs(30));
-    let mut asked = asked;
     let asked = match tokio::time::timeout(wait, &mut asked).await {
         Ok(joined) => joined,
         Err(_) => {

@@ -222,16 +222,16 @@ def six_tests(repeat: int) -> dict[str, Any]:
     import pytest
     import torch
 
-    folder = tempfile.mkdtemp(prefix="leaklab-six-")
-    path = os.path.join(folder, "test_six.py")
-    with open(path, "w") as f:
-        f.write(SIX)
-    plain_folder = tempfile.mkdtemp(prefix="leaklab-six-plain-")
-    plain = os.path.join(plain_folder, "test_six.py")
-    with open(plain, "w") as f:
-        f.write(SIX)
-    with open(os.path.join(plain_folder, "conftest.py"), "w") as f:
-        f.write(PLAIN_CONFTEST)
+    def test_file(files: dict[str, str]) -> str:
+        """A new folder holding ``files`` (name: text); the path of its test_six.py."""
+        folder = tempfile.mkdtemp(prefix="leaklab-six-")
+        for name, text in files.items():
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(text)
+        return os.path.join(folder, "test_six.py")
+
+    path = test_file({"test_six.py": SIX})
+    plain = test_file({"test_six.py": SIX, "conftest.py": PLAIN_CONFTEST})
     model, x, kept = torch.nn.Linear(512, 512), torch.randn(8, 512), []
 
     def loop() -> None:
@@ -250,21 +250,22 @@ def six_tests(repeat: int) -> dict[str, Any]:
     load = (
         [] if registered and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else ["-p", "leaklab.pytest_plugin"]
     )
+    quiet = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
     runs: list[float] = []
     plains: list[float] = []
     loops: list[float] = []
     outcomes: list[int] = []
     for _ in range(repeat):
         t = time.perf_counter()
-        code = pytest.main(
-            ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *load, path],
-        )
+        code = pytest.main([*quiet, *load, path])
         runs.append(time.perf_counter() - t)
         outcomes.append(int(code))
         sys.modules.pop("test_six", None)
         t = time.perf_counter()
-        pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:leaklab", plain])
+        plain_code = pytest.main([*quiet, "-p", "no:leaklab", plain])
         plains.append(time.perf_counter() - t)
+        if plain_code != 0:  # a floor from a file that did not run is no floor
+            raise RuntimeError(f"the six tests without the plugin exited {int(plain_code)}")
         sys.modules.pop("test_six", None)
         sys.modules.pop("conftest", None)
         loops.append(timed(loop, 1)[0])
