@@ -8,8 +8,8 @@
 //!   cycle not yet run) lift single samples, never a window's minimum for long.
 //! - **The noise from the series itself.** The amplitude is the larger of four robust standard
 //!   deviations of the floor's steps (from the median absolute deviation of its differences,
-//!   which neither a steady trend nor a few large steps inflate) and the signal's quantum (a
-//!   page). Theil–Sen's slope then gets the deterministic bound of
+//!   which neither a steady trend nor a few large steps inflate), the signal's quantum (a
+//!   page) and half the floor's largest fall (memory held never comes back). Theil–Sen's slope then gets the deterministic bound of
 //!   [`crate::slope`]: with every point within that amplitude of a flat line, no bound can
 //!   clear zero, whatever the noise looks like.
 //! - **Leak versus plateau on the tail.** A leak still climbs in the last half of the floor; a
@@ -101,7 +101,20 @@ fn noise(floor: &[Sample], quantum: f64) -> f64 {
     } else {
         0.0
     };
-    spread.max(quantum)
+    spread.max(quantum).max(largest_fall(floor) / 2.0)
+}
+
+/// The most the floor fell from an earlier point of it. Memory a leak holds does not come
+/// back: where every point is within the amplitude of a line that does not fall, no point is
+/// more than twice the amplitude below an earlier one, so half the largest fall is an amplitude
+/// the series itself shows (an allocator's heap given back in steps of megabytes, a collector's
+/// sweep), however rare the falls that the steps' median absolute deviation reads as none.
+fn largest_fall(floor: &[Sample]) -> f64 {
+    let mut peak = i64::MIN;
+    floor.iter().fold(0.0, |fall: f64, s| {
+        peak = peak.max(s.1);
+        fall.max((peak - s.1) as f64)
+    })
 }
 
 impl NoisyJudgement {
@@ -235,6 +248,41 @@ mod tests {
             .collect();
         let j = judge_noisy(&s, &NoisyConfig::new(0)).unwrap();
         assert_eq!(j.verdict, Verdict::Leak, "{j:?}");
+    }
+
+    #[test]
+    fn a_capped_cache_that_falls_back_inside_its_band_is_a_plateau_and_the_same_climb_kept_a_leak() {
+        // The steps of anonymous memory over a scan of the zoo's capped per-shape cache (240
+        // shapes cycled, 20 warm-up and 500 judged requests; crates/cli/tests/scan.rs's churn
+        // test, a local run read as a leak before this rule): filled by request 111, then the
+        // heap gave 5.45 MB back and took 5.75 MB again in the window's last quarter.
+        let steps = |fall: bool, tail: i64| {
+            let mut level = 305_848_320i64;
+            (0..520u64)
+                .map(move |i| {
+                    level += match i {
+                        1..=111 if i % 3 == 0 => 1_490_000,
+                        164 if fall => -560_000,
+                        267 if fall => -4_890_000,
+                        348 => 750_000 * tail,
+                        445 => 870_000 * tail,
+                        448 => 1_010_000 * tail,
+                        451 => 1_050_000 * tail,
+                        463 => 2_070_000 * tail,
+                        _ => 0,
+                    };
+                    (i, level + 4096 * (i as i64 * 7 % 3))
+                })
+                .collect::<Vec<Sample>>()
+        };
+        let fell = judge_noisy(&steps(true, 1), &NoisyConfig::new(20)).unwrap();
+        assert_eq!(fell.verdict, Verdict::Plateau, "{fell:?}");
+        // Half the largest fall, where the steps' median absolute deviation reads a page.
+        assert!((fell.noise_bytes - 2_725_000.0).abs() < 5_000.0, "{fell:?}");
+        // Without the falls, the last quarter climbing twice as far (11.5 MB, new highs above
+        // a band nothing showed): still climbing.
+        let kept = judge_noisy(&steps(false, 2), &NoisyConfig::new(20)).unwrap();
+        assert_eq!(kept.verdict, Verdict::Leak, "{kept:?}");
     }
 
     #[test]
