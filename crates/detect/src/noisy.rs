@@ -251,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn a_capped_cache_that_falls_back_inside_its_band_is_a_plateau_and_the_same_climb_kept_a_leak() {
+    fn a_cache_falling_back_inside_its_band_is_a_plateau_and_a_climb_kept_a_leak() {
         // The steps of anonymous memory over a scan of the zoo's capped per-shape cache (240
         // shapes cycled, 20 warm-up and 500 judged requests; crates/cli/tests/scan.rs's churn
         // test, a local run read as a leak before this rule): filled by request 111, then the
