@@ -58,25 +58,6 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
     assert_eq!(slope("refs-leaky"), 16_384.0);
     assert_eq!(slope("cache-leaky"), 16_384.0);
     assert_eq!(slope("seed"), 98_304.0);
-    // The conv cause from outside: the leaky variant's RSS rises with every new shape, the
-    // fixed one's (four shapes) at most by the steps of glibc's heap. Measured over 60 judged
-    // requests: conv-leaky 62 to 122 MB, conv-fixed 1.0 to 15.7 MB in 12 runs here and 20.3 MB
-    // in a fresh-clone CI (crates/runner/src/expect.rs); half the leaky's rise is the line.
-    let rss_rise = |name: &str| {
-        variant(name)
-            .probes()
-            .into_iter()
-            .find(|o| o.probe == leaklab_vocab::Probe::Rss)
-            .unwrap()
-            .judgement
-            .rise_bytes
-    };
-    assert!(
-        rss_rise("conv-fixed") < rss_rise("conv-leaky") / 2.0,
-        "conv-fixed's RSS rose {} B, conv-leaky's {} B",
-        rss_rise("conv-fixed"),
-        rss_rise("conv-leaky")
-    );
     let stages = |name: &str| variant(name).stages.clone();
     assert_eq!(stages("graph-leaky")[0].stage, Stage::Forward);
     assert_eq!(stages("cache-leaky")[0].stage, Stage::Preprocess);
@@ -162,10 +143,14 @@ fn every_leaky_variant_leaks_and_every_fixed_one_does_not() {
     // to +21.8 MB in six runs). Inside this test, after the eight other variants, it spreads
     // wider: in seven runs the leaky rise fell below 50 MB once (its figure was not kept, hence
     // the figures printed now), and the last three read +100.0, +121.6 and +58.0 MB, the fixed
-    // one +6.3, +0.3 and +4.6 MB. The bound between them is 30 MB.
+    // one +6.3, +0.3 and +4.6 MB. The bound between them is 30 MB. Since a fixed rise may read a
+    // plateau (crates/runner/src/expect.rs: 1.0 to 15.7 MB in 12 runs of the two alone on
+    // 2026-12-07, 20.3 MB in a fresh-clone CI, against leaky 62 to 122 MB), the fixed one's
+    // rise is also held under half the leaky's of the same run.
     let (leaky, fixed) = (rss_rise("conv-leaky"), rss_rise("conv-fixed"));
     let figures = format!("conv RSS rise: leaky {leaky} B, fixed {fixed} B");
     assert!(leaky > 30e6 && fixed < 30e6, "{figures}");
+    assert!(fixed < leaky / 2.0, "{figures}");
     eprintln!("{figures}");
 
     assert!(std::fs::read_to_string(out.path().join("report.md"))
