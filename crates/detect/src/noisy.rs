@@ -9,9 +9,9 @@
 //! - **The noise from the series itself.** The amplitude is the larger of four robust standard
 //!   deviations of the floor's steps (from the median absolute deviation of its differences,
 //!   which neither a steady trend nor a few large steps inflate), the signal's quantum (a
-//!   page) and half the floor's largest fall (memory held never comes back). Theil–Sen's slope then gets the deterministic bound of
-//!   [`crate::slope`]: with every point within that amplitude of a flat line, no bound can
-//!   clear zero, whatever the noise looks like.
+//!   page) and half the floor's largest fall (memory held never comes back). Theil–Sen's
+//!   slope then gets the deterministic bound of [`crate::slope`]: with every point within that
+//!   amplitude of a flat line, no bound can clear zero, whatever the noise looks like.
 //! - **Leak versus plateau on the tail.** A leak still climbs in the last half of the floor; a
 //!   bounded cache (or fragmentation settling) climbs and then stops.
 

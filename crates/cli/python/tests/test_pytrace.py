@@ -51,6 +51,37 @@ def traced(work: Callable[[int], None], requests: int = REQUESTS) -> PyTraceDoc:
     return result["doc"]
 
 
+def traced_between(request: Callable[[int], None], requests: int, gap: float, failed: int = 0) -> PyTraceDoc:
+    """``request(i)`` for request i, counted as the agent counts it (started before, answered
+    after), served on a thread with ``gap`` seconds between requests while the window traces
+    ``requests``, its snapshots waiting for a moment between requests. ``failed`` requests were
+    started before the window and are never answered."""
+    started, answered = [failed], [0]
+    result: dict[str, PyTraceDoc] = {}
+
+    def window() -> None:
+        result["doc"] = trace_for(
+            20,
+            max_seconds=20,
+            requests=requests,
+            counter=lambda: answered[0],
+            activity=lambda: (started[0], answered[0]),
+        )
+
+    tracer = threading.Thread(target=window)
+    tracer.start()
+    time.sleep(0.05)
+    for i in range(3000):
+        if not tracer.is_alive():
+            break
+        started[0] += 1
+        request(i)
+        answered[0] += 1
+        time.sleep(gap)
+    tracer.join()
+    return result["doc"]
+
+
 def kept_per_request(doc: PyTraceDoc) -> float:
     """The judge's reading: lines that gained a block every four requests or more."""
     lines = [line for line in doc["top"] if line["blocks"] >= doc["requests"] / 4]
@@ -93,32 +124,13 @@ def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
     JSON) is alive while the request is in flight, most of each request's time: the snapshots
     wait for a moment between requests, as the agent's counts of requests started and
     answered tell it."""
-    started, answered = [0], [0]
-    result: dict[str, PyTraceDoc] = {}
 
-    def window() -> None:
-        result["doc"] = trace_for(
-            20,
-            max_seconds=20,
-            requests=60,
-            counter=lambda: answered[0],
-            activity=lambda: (started[0], answered[0]),
-        )
-
-    tracer = threading.Thread(target=window)
-    tracer.start()
-    time.sleep(0.05)
-    for i in range(3000):
-        if not tracer.is_alive():
-            break
-        started[0] += 1
+    def request(i: int) -> None:
         body = [[float(i + r * 256 + c) for c in range(256)] for r in range(8)]
         time.sleep(0.01)  # in flight, its body alive
         del body
-        answered[0] += 1
-        time.sleep(0.0005)
-    tracer.join()
-    doc = result["doc"]
+
+    doc = traced_between(request, requests=60, gap=0.0005)
     assert doc["between_requests"], doc["note"]
     assert doc["note"] is None, doc["note"]
     # The body's own lines kept less than one body: a body caught in flight is 2,056 blocks (8
@@ -134,28 +146,7 @@ def test_a_request_in_flight_with_thousands_of_objects_is_not_kept() -> None:
 def test_a_request_that_failed_is_never_answered_and_the_snapshots_still_come_between_requests() -> None:
     """A request that raised is counted as started and never as answered: one in flight for
     good. Half the patience waits for none at all; then the fewest seen is taken as none."""
-    started, answered = [1], [0]  # the one that failed
-    result: dict[str, PyTraceDoc] = {}
-
-    def window() -> None:
-        result["doc"] = trace_for(
-            20,
-            max_seconds=20,
-            requests=20,
-            counter=lambda: answered[0],
-            activity=lambda: (started[0], answered[0]),
-        )
-
-    tracer = threading.Thread(target=window)
-    tracer.start()
-    time.sleep(0.05)
-    while tracer.is_alive():
-        started[0] += 1
-        time.sleep(0.005)
-        answered[0] += 1
-        time.sleep(0.005)
-    tracer.join()
-    doc = result["doc"]
+    doc = traced_between(lambda _: time.sleep(0.005), requests=20, gap=0.005, failed=1)
     assert doc["between_requests"], doc["note"]
     assert doc["requests"] >= 16, doc
 
