@@ -18,6 +18,23 @@ const ALLOCATORS: [(&str, &str); 2] = [
 /// Builds the instrument (release), installs the preloaded allocators where missing, and runs
 /// the recorder with the torch python; extra arguments go to lab/corpus/record.py.
 pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
+    let leaklab = release_leaklab(torch)?;
+    for (lib, package) in ALLOCATORS {
+        if !crate::apt::ensure_file(Path::new(lib), package) {
+            bail!("{lib} is missing and could not be installed: apt-get install {package}");
+        }
+    }
+    let mut record = torch.python_command("the corpus's recordings")?;
+    record
+        .arg(workspace_root().join("lab/corpus/record.py"))
+        .arg("--leaklab")
+        .arg(leaklab)
+        .args(args);
+    run(record)
+}
+
+/// Builds the `leaklab` binary as the wheel ships it (release) and returns its path.
+pub fn release_leaklab(torch: &Torch) -> Result<std::path::PathBuf> {
     let mut build = torch.cargo();
     build.args([
         "build",
@@ -28,18 +45,7 @@ pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
         "leaklab",
     ]);
     run(build)?;
-    for (lib, package) in ALLOCATORS {
-        if !crate::apt::ensure_file(Path::new(lib), package) {
-            bail!("{lib} is missing and could not be installed: apt-get install {package}");
-        }
-    }
-    let mut record = torch.python_command("the corpus's recordings")?;
-    record
-        .arg(workspace_root().join("lab/corpus/record.py"))
-        .arg("--leaklab")
-        .arg(workspace_root().join("target/release/leaklab"))
-        .args(args);
-    run(record)
+    Ok(workspace_root().join("target/release/leaklab"))
 }
 
 /// `leaklab-lab judge-bench ARGS` (`--write` puts the table into docs/benchmarks.md).

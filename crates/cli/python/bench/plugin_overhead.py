@@ -10,8 +10,8 @@ Imports torch, FastAPI and pytest (the objects a real test session holds), then 
 - a check of a function that keeps a 2 kB tensor a call (a failing check: adds two censuses
   around 100 further calls, and the judge again);
 - a file of six small leak tests (three keep 2 kB a call, three keep nothing; each call a
-  512 -> 512 ``Linear`` on a batch of 8; the fixture's default call counts), run by pytest in
-  this process, against a plain loop of the same calls in this process, side by side, and the
+  512 -> 512 ``Linear`` on a batch of 8; the fixture's default call counts), one pytest session
+  a process as a user runs it, against a plain loop of the same calls in that process, and the
   same file under pytest with ``leak_check`` a fixture that only makes its calls and the plugin
   not loaded (pytest's own session: the floor under any plugin);
 - the parts alone: one full census, one tally, one ``gc.collect()`` with and without the
@@ -143,7 +143,7 @@ def main() -> None:
         f"\nSix small leak tests: pytest {six['pytest_seconds']:.2f} s, the plain loop of the same calls "
         f"{six['loop_seconds']:.2f} s: {six['ratio']:.2f}x (medians of {args.repeat} side by side); "
         f"pytest alone (the calls in a plain fixture, no plugin) {six['pytest_plain_seconds']:.2f} s: "
-        f"{six['pytest_plain_seconds'] / six['loop_seconds']:.2f}x"
+        f"{six['plain_ratio']:.2f}x"
     )
     if args.json:
         with open(args.json, "w") as f:
@@ -213,14 +213,47 @@ def leak_check():
 """
 
 
-def six_tests(repeat: int) -> dict[str, Any]:
-    """The file of six tests under pytest (in this process, the plugin loaded), the same file
-    with ``leak_check`` a plain fixture and the plugin not loaded, and the plain loop of the
-    same calls (6 x 330), interleaved, ``repeat`` times each; medians."""
-    import tempfile
+# One pytest session as a user runs one, in a process of its own: torch imported first (its
+# import is not the plugin's cost), the plain loop of the same calls timed twice (the first warms
+# torch's kernels), then the session. A session run again in the process that ran one before
+# would carry the first one's kept tensors (the module's KEPT lists outlive sys.modules) into
+# every later check.
+SESSION = """
+import json, os, sys, time, warnings
+warnings.filterwarnings("ignore")
+import torch
+import pytest
 
-    import pytest
-    import torch
+torch.set_num_threads(1)
+model, x, kept = torch.nn.Linear(512, 512), torch.randn(8, 512), []
+
+
+def loop():
+    t = time.perf_counter()
+    for keep in (True, True, True, False, False, False):
+        for _ in range(330):
+            with torch.no_grad():
+                out = model(x)
+            if keep:
+                kept.append(out[0].clone())
+    kept.clear()
+    return time.perf_counter() - t
+
+
+loop()
+seconds = loop()
+t = time.perf_counter()
+code = pytest.main(sys.argv[1:])
+print(json.dumps({"pytest": time.perf_counter() - t, "loop": seconds, "code": int(code)}))
+"""
+
+
+def six_tests(repeat: int) -> dict[str, Any]:
+    """The file of six tests under pytest with the plugin, the same file with ``leak_check`` a
+    plain fixture and the plugin not loaded, each in a process of its own beside the plain loop
+    of the same calls (6 x 330) in that process, alternately, ``repeat`` times each; medians."""
+    import importlib.metadata
+    import tempfile
 
     def test_file(files: dict[str, str]) -> str:
         """A new folder holding ``files`` (name: text); the path of its test_six.py."""
@@ -232,49 +265,42 @@ def six_tests(repeat: int) -> dict[str, Any]:
 
     path = test_file({"test_six.py": SIX})
     plain = test_file({"test_six.py": SIX, "conftest.py": PLAIN_CONFTEST})
-    model, x, kept = torch.nn.Linear(512, 512), torch.randn(8, 512), []
-
-    def loop() -> None:
-        for keep in (True, True, True, False, False, False):
-            for _ in range(330):
-                with torch.no_grad():
-                    out = model(x)
-                if keep:
-                    kept.append(out[0].clone())
-        kept.clear()
-
     # The plugin as pip registers it (the wheel's pytest11 entry point), else by name.
-    import importlib.metadata
-
     registered = any(ep.value == "leaklab.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
     load = (
         [] if registered and not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else ["-p", "leaklab.pytest_plugin"]
     )
     quiet = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
-    runs: list[float] = []
-    plains: list[float] = []
-    loops: list[float] = []
-    outcomes: list[int] = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
+
+    def session(args: list[str]) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-c", SESSION, *quiet, *args], capture_output=True, text=True, env=env, check=False
+        )
+        last = done.stdout.strip().splitlines()[-1:] or ["(nothing)"]
+        try:
+            return dict(json.loads(last[0]))
+        except ValueError:
+            raise RuntimeError(
+                f"a pytest session gave no figures: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+            ) from None
+
+    runs: list[dict[str, Any]] = []
+    plains: list[dict[str, Any]] = []
     for _ in range(repeat):
-        t = time.perf_counter()
-        code = pytest.main([*quiet, *load, path])
-        runs.append(time.perf_counter() - t)
-        outcomes.append(int(code))
-        sys.modules.pop("test_six", None)
-        t = time.perf_counter()
-        plain_code = pytest.main([*quiet, "-p", "no:leaklab", plain])
-        plains.append(time.perf_counter() - t)
-        if plain_code != 0:  # a floor from a file that did not run is no floor
-            raise RuntimeError(f"the six tests without the plugin exited {int(plain_code)}")
-        sys.modules.pop("test_six", None)
-        sys.modules.pop("conftest", None)
-        loops.append(timed(loop, 1)[0])
-    p, lo = statistics.median(runs), statistics.median(loops)
+        runs.append(session([*load, path]))
+        plains.append(session(["-p", "no:leaklab", plain]))
+        if plains[-1]["code"] != 0:  # a floor from a file that did not run is no floor
+            raise RuntimeError(f"the six tests without the plugin exited {plains[-1]['code']}")
+    outcomes = [r["code"] for r in runs]
+    if any(code != 1 for code in outcomes):  # three tests leak: pytest exits 1 (tests failed)
+        raise RuntimeError(f"the six tests with the plugin exited {outcomes}, not 1 (three failures) each time")
     return {
-        "pytest_seconds": p,
-        "pytest_plain_seconds": statistics.median(plains),
-        "loop_seconds": lo,
-        "ratio": p / lo,
+        "pytest_seconds": statistics.median(r["pytest"] for r in runs),
+        "pytest_plain_seconds": statistics.median(r["pytest"] for r in plains),
+        "loop_seconds": statistics.median(r["loop"] for r in runs),
+        "ratio": statistics.median(r["pytest"] / r["loop"] for r in runs),
+        "plain_ratio": statistics.median(r["pytest"] / r["loop"] for r in plains),
         "exit_codes": outcomes,
     }
 
