@@ -49,7 +49,12 @@ REGIMES: dict[str, dict[str, str]] = {
     "busy": {},
     "agent": {},
     "agent-collect": {},
+    "workers": {},
 }
+# Regimes whose services are trees: the process the scan is given (--pid) binds the socket and
+# forks this many workers that serve it, as gunicorn's master does (pre-fork); the memory kept
+# is the workers', the master's stays flat, and the scan reads the tree.
+WORKERS: dict[str, int] = {"workers": 2}
 # Regimes whose services mount leaklab's agent, and what the scan asks of it: as the zoo scans
 # (its trim probe and Python trace after the judged requests), and with full collections before
 # the warm-up and after the judged requests (--collect, the garbage rule's evidence).
@@ -63,10 +68,11 @@ WARMUP, REQUESTS = 50, 1000
 AGENT_LENGTHS = (300, 600, 1000)
 
 
-def serve_each(names: list[str], agent: bool) -> None:
+def serve_each(names: list[str], agent: bool, workers: int) -> None:
     """Imports what every subject imports once, then forks each subject's service in turn, the
     next once the last was killed; each prints ``leaklab-corpus NAME pid PID listening on URL``.
-    With ``agent``, each mounts leaklab's agent as the zoo's services do.
+    With ``agent``, each mounts leaklab's agent as the zoo's services do. With ``workers``, the
+    service's process forks that many workers that serve its socket and serves nothing itself.
     """
     import socket
 
@@ -112,7 +118,10 @@ def serve_each(names: list[str], agent: bool) -> None:
                         flush=True,
                     )
                     config = uvicorn.Config(app, log_level="warning", access_log=False)
-                    uvicorn.Server(config).run(sockets=[sock])
+                    if workers:
+                        serve_forked(config, sock, workers)
+                    else:
+                        uvicorn.Server(config).run(sockets=[sock])
                     code = 0
             except BaseException:  # noqa: BLE001 (a forked child must not return into the loop)
                 traceback.print_exc()
@@ -123,6 +132,28 @@ def serve_each(names: list[str], agent: bool) -> None:
         _, status = os.waitpid(pid, 0)
         if not os.WIFSIGNALED(status):
             raise SystemExit(f"{name} (pid {pid}) ended by itself: see its stderr")
+
+
+def serve_forked(config: Any, sock: Any, workers: int) -> None:
+    """Forks ``workers`` processes that serve ``sock`` with ``config`` and waits on them: the
+    scan's whole process group is killed when it is done."""
+    import uvicorn
+
+    for _ in range(workers):
+        if os.fork() == 0:
+            code = 1
+            try:
+                ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                uvicorn.Server(config).run(sockets=[sock])
+                code = 0
+            except BaseException:  # noqa: BLE001 (a forked child must not return)
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+    for _ in range(workers):
+        os.wait()
 
 
 def listening(stdout: IO[str], name: str, timeout: float) -> tuple[str, int]:
@@ -160,7 +191,8 @@ def record(args: argparse.Namespace) -> int:
         env = {**os.environ, **REGIMES[regime]}
         server = subprocess.Popen(
             [sys.executable, __file__, "--serve", ",".join(n for n, _ in plan)]
-            + (["--serve-agent"] if regime in AGENT_FLAGS else []),
+            + (["--serve-agent"] if regime in AGENT_FLAGS else [])
+            + ["--serve-workers", str(WORKERS.get(regime, 0))],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -243,7 +275,7 @@ def scan_one(
         "regime": regime,
         "subject": name,
         "run": run,
-        "truth": subjects.truth_json(name),
+        "truth": subjects.truth_json(name, WORKERS.get(regime, 0)),
         "scan": scan,
     }
     folder = os.path.join(args.out, regime, name)
@@ -264,7 +296,7 @@ def retruth(folder: str) -> int:
             path = os.path.join(root, name)
             with gzip.open(path) as f:
                 doc = json.load(f)
-            truth = subjects.truth_json(doc["subject"])
+            truth = subjects.truth_json(doc["subject"], WORKERS.get(doc["regime"], 0))
             if doc["truth"] != truth:
                 doc["truth"] = truth
                 write(path, doc)
@@ -288,6 +320,7 @@ def main() -> None:
     )
     parser.add_argument("--serve", metavar="NAME,NAME", help=argparse.SUPPRESS)
     parser.add_argument("--serve-agent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--leaklab", default="target/release/leaklab")
     parser.add_argument("--out", default=os.path.join(HERE, "recordings"))
     parser.add_argument("--regime", action="append", choices=list(REGIMES))
@@ -305,7 +338,7 @@ def main() -> None:
     if args.retruth:
         sys.exit(retruth(args.out))
     if args.serve:
-        serve_each(args.serve.split(","), args.serve_agent)
+        serve_each(args.serve.split(","), args.serve_agent, args.serve_workers)
         return
     for regime, env in REGIMES.items():
         lib = env.get("LD_PRELOAD")

@@ -83,7 +83,7 @@ import json
 import threading
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 RUNGS = (1024, 2048, 4096, 8192)
@@ -194,8 +194,19 @@ def truth(name: str) -> Truth:
     raise KeyError(f"no subject {name!r}; the subjects are {names()}")
 
 
-def truth_json(name: str) -> dict[str, Any]:
-    return asdict(truth(name))
+def truth_json(name: str, workers: int = 0) -> dict[str, Any]:
+    """The subject's truth as recorded, served by ``workers`` forked workers (0: by the process
+    the scan is given): there a leak grows the workers while that process stays flat (the axis
+    "other-process"), and each worker fills a bounded holder of its own."""
+    t = truth(name)
+    if workers:
+        t = replace(
+            t,
+            axis="other-process" if not t.must_pass else t.axis,
+            bound_bytes=t.bound_bytes * workers,
+            fills_after_requests=t.fills_after_requests * workers,
+        )
+    return asdict(t)
 
 
 def make_app(name: str) -> Any:
