@@ -106,6 +106,7 @@ impl Recording {
                 native: e.native.clone(),
                 python_trace: e.python_trace.clone(),
                 collected: e.collected.clone(),
+                failing_process: judgement.failing_process,
             },
             recording: Some(self),
         }

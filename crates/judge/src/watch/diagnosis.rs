@@ -309,6 +309,7 @@ mod tests {
             },
             bound: 100.0,
             rise_bytes: 0.0,
+            judgement: None,
         }
     }
 
