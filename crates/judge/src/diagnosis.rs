@@ -1613,7 +1613,6 @@ mod tests {
             },
             bound: 100.0,
             rise_bytes: 0.0,
-            judgement: None,
         };
         let tree = vec![
             process(10, true, Verdict::Flat),
@@ -1790,7 +1789,6 @@ mod tests {
             bytes_per_request: per_request,
             bound: 500.0,
             rise_bytes: per_request * 300.0,
-            judgement: None,
         };
         let (w11, w12) = (child(11, 7_000.0), child(12, 7_300.0));
         let weighed = owner(&a, None, None);

@@ -47,10 +47,6 @@ pub struct Judgement {
     pub owner: Option<diagnosis::OwnerReading>,
     /// What the judge says of the evidence itself (a target that failed).
     pub notes: Vec<String>,
-    /// The process of the tree whose own memory failed where the tree's summed memory did
-    /// not ([`process_failing`]): the outcome's reason when no series fails.
-    #[serde(default)]
-    pub failing_process: Option<tree::ProcessGrowth>,
 }
 
 /// The thresholds a judgement applies that its calibration varies: each the constant of
@@ -236,62 +232,6 @@ fn census_continued(evidence: &Evidence, series: &[SeriesResult]) -> Vec<diagnos
         .collect()
 }
 
-/// Each process of the tree judged on its own anonymous memory (empty without a tree), and the
-/// tree's threads at the ends of the judged requests.
-fn tree_processes(
-    evidence: &Evidence,
-    t: &Thresholds,
-) -> (Vec<tree::ProcessGrowth>, Option<tree::ThreadCount>) {
-    match &evidence.tree {
-        Some(looked) => tree::judge(
-            looked.root,
-            &looked.looks,
-            &looked.commands,
-            evidence.warmup as u64,
-            t.host_noise_floor,
-        ),
-        None => (Vec::new(), None),
-    }
-}
-
-/// The process whose own memory fails by the rule every series is judged by, where the tree's
-/// summed anonymous memory does not: a leak in one process of many hides in the sum, whose
-/// noise is the tree's (Ray Serve's replica kept +8.56 kB ± 1.70 kB a request while the sum
-/// over Ray's fourteen processes read a plateau at ± 13.33 kB; docs/servers.md). Its time to
-/// OOM is the tree's: the process's slope from the sum's level, against the sum's capacity.
-/// The steepest such process, or none where the tree has one process or the sum fails itself.
-fn process_failing(
-    evidence: &Evidence,
-    series: &[SeriesResult],
-    processes: &[tree::ProcessGrowth],
-    budget: Option<Budget>,
-) -> Option<tree::ProcessGrowth> {
-    if processes.len() < 2 || evidence.failing_from.is_some() {
-        return None;
-    }
-    let summed = series
-        .iter()
-        .find(|s| s.kind == Kind::Host && s.series == "anonymous")?;
-    if summed.ops.is_some_and(Ops::fails) {
-        return None;
-    }
-    let level = summed.judgement.as_ref()?.floor_now as f64;
-    processes
-        .iter()
-        .filter(|p| {
-            let Some(j) = &p.judgement else {
-                return false;
-            };
-            let ops = match budget {
-                Some(b) => verdict::ops_at(j, level, summed.capacity_bytes, b).0,
-                None => verdict::unbudgeted(j, None, evidence.requests_per_second).0,
-            };
-            ops.fails()
-        })
-        .max_by(|a, b| a.bytes_per_request.total_cmp(&b.bytes_per_request))
-        .cloned()
-}
-
 /// The judgement of `evidence` under `budget` (`None`: any leak proven fails).
 pub fn judge(evidence: &Evidence, budget: Option<Budget>) -> Judgement {
     judge_with(evidence, budget, &Thresholds::default())
@@ -370,33 +310,13 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
             if fails { "fails" } else { "lasts the budget" }
         ));
     }
-    let (processes, threads) = tree_processes(evidence, t);
-    let failing_process = process_failing(evidence, &series, &processes, budget);
-    if let Some(p) = &failing_process {
-        let summed = series
-            .iter()
-            .find(|s| s.series == "anonymous")
-            .and_then(|s| s.judgement.as_ref());
-        notes.push(format!(
-            "the tree's anonymous memory, summed over its {} processes, proved no leak{}, but one process's own did: {}; judged by the same rule, that fails",
-            processes.len(),
-            summed.map_or(String::new(), |j| format!(
-                " ({}, {} ± {} a request)",
-                j.verdict,
-                leaklab_report::signed_bytes(j.slope.bytes_per_request),
-                leaklab_report::human_bytes(j.slope.half_width())
-            )),
-            p.line()
-        ));
-    }
-    let outcome =
-        if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) || failing_process.is_some() {
-            Outcome::Fail
-        } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
-            Outcome::Pass
-        } else {
-            Outcome::CannotJudge
-        };
+    let outcome = if series.iter().any(|s| s.ops.is_some_and(Ops::fails)) {
+        Outcome::Fail
+    } else if failing_from.is_none() && series.iter().any(|s| s.judgement.is_some()) {
+        Outcome::Pass
+    } else {
+        Outcome::CannotJudge
+    };
     if let Some(from) = failing_from {
         // A series of a failing target that proved no leak passes nothing: its figures stay,
         // its ops verdict goes (the report's result column says it could not be judged).
@@ -414,8 +334,7 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
         &series
             .iter()
             .filter_map(|s| {
-                let went_on = continued.iter().any(|c| c.series == s.series)
-                    || (failing_process.is_some() && s.series == "anonymous");
+                let went_on = continued.iter().any(|c| c.series == s.series);
                 s.judgement
                     .as_ref()
                     .map(|j| (s.kind, if went_on { Verdict::Leak } else { j.verdict }))
@@ -431,8 +350,7 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
     let (axis, owner) = match axis_series(&series) {
         Some((deciding, judged)) => {
             let garbage = garbage.iter().find(|g| g.series == deciding.series);
-            let (mut axis, owner) =
-                explain(evidence, deciding, judged, garbage, (processes, threads), t);
+            let (mut axis, owner) = explain(evidence, deciding, judged, garbage, t);
             if let Some(c) = continued.iter().find(|c| c.series == deciding.series) {
                 diagnosis::continued(&mut axis, c);
             }
@@ -447,7 +365,6 @@ pub fn judge_with(evidence: &Evidence, budget: Option<Budget>, t: &Thresholds) -
         axis,
         owner,
         notes,
-        failing_process,
     }
 }
 
@@ -471,11 +388,20 @@ fn explain(
     deciding: &SeriesResult,
     judged: &NoisyJudgement,
     garbage: Option<&diagnosis::Garbage>,
-    (processes, threads): (Vec<tree::ProcessGrowth>, Option<tree::ThreadCount>),
     t: &Thresholds,
 ) -> (diagnosis::AxisReading, diagnosis::OwnerReading) {
     let name = deciding.series.as_str();
     let repeats = repeats(evidence, name, deciding.kind, t);
+    let (processes, threads) = match &evidence.tree {
+        Some(looked) => tree::judge(
+            looked.root,
+            &looked.looks,
+            &looked.commands,
+            evidence.warmup as u64,
+            t.host_noise_floor,
+        ),
+        None => (Vec::new(), None),
+    };
     let mut axis = diagnosis::axis(
         name,
         judged,
@@ -697,84 +623,5 @@ mod tests {
                 .to_string()
                 .contains("where this judge reads leaklab.evidence/1")
         );
-    }
-
-    /// A tree of three: the root flat, a worker keeping `kept` bytes a request, and a busy
-    /// process whose memory wanders a megabyte up and down every 20 requests; the evidence's
-    /// anonymous series is their sum, as the scan reads a tree.
-    fn tree_of_three(kept: i64) -> Evidence {
-        let n = 400u64;
-        let busy = |x: u64| [0, 1, 2, 3, 2, 1][(x / 20 % 6) as usize] * 1_000_000;
-        let looks: Vec<(u64, tree::TreeLook)> = (0..n)
-            .map(|x| {
-                let wobble = if x % 3 == 0 { 32_768 } else { 0 };
-                let anonymous = [
-                    (1, 200_000_000 + wobble),
-                    (2, 100_000_000 + kept * x as i64),
-                    (3, 100_000_000 + busy(x)),
-                ];
-                (
-                    x,
-                    tree::TreeLook {
-                        threads: 9,
-                        anonymous: anonymous.iter().map(|&(p, b)| (p, b as u64)).collect(),
-                        private: Vec::new(),
-                    },
-                )
-            })
-            .collect();
-        let mut e = evidence(0, n, None);
-        e.series[0].samples = looks
-            .iter()
-            .map(|(x, l)| (*x, l.anonymous.iter().map(|&(_, b)| b as i64).sum()))
-            .collect();
-        e.tree = Some(evidence::Tree {
-            root: 1,
-            looks,
-            commands: [
-                (1, "master".to_string()),
-                (2, "worker".to_string()),
-                (3, "busy".to_string()),
-            ]
-            .into_iter()
-            .collect(),
-        });
-        e
-    }
-
-    #[test]
-    fn a_worker_leaking_under_a_noisy_trees_sum_fails_and_a_quiet_tree_passes() {
-        let leaky = judge(&tree_of_three(8_000), None);
-        // The premise: the sum alone proves nothing (the busy process's megabytes are its noise).
-        let sum = &leaky.series[0];
-        assert!(!sum.ops.is_some_and(Ops::fails), "{:?}", sum.judgement);
-        assert_eq!(leaky.outcome, Outcome::Fail, "{:?}", leaky.notes);
-        let p = leaky.failing_process.as_ref().expect("the worker named");
-        assert_eq!(p.pid, 2);
-        assert!((p.bytes_per_request - 8_000.0).abs() < 500.0, "{p:?}");
-        assert!(
-            leaky
-                .notes
-                .iter()
-                .any(|n| n.contains("one process's own did: child process 2 (worker) +8")),
-            "{:?}",
-            leaky.notes
-        );
-        assert_eq!(
-            leaky.axis.as_ref().map(|a| a.axis),
-            Some(diagnosis::Axis::OtherProcess)
-        );
-        // Under a budget it lasts (8 GiB, 8 kB a request at 1 a second: 12 days against 1),
-        // the worker's slope from the sum's level fails nothing.
-        let lasting = Budget {
-            seconds: 86_400.0,
-            steps_per_second: 1.0,
-        };
-        assert!(judge(&tree_of_three(8_000), Some(lasting))
-            .failing_process
-            .is_none());
-        let quiet = judge(&tree_of_three(0), None);
-        assert_eq!(quiet.outcome, Outcome::Pass, "{:?}", quiet.notes);
-        assert!(quiet.failing_process.is_none());
     }
 }

@@ -3,7 +3,7 @@
 //! can say which process grew ("child process 1234 (`python … worker`) +8.9 kB a request, this
 //! process +0") and whether memory follows the thread count.
 
-use leaklab_detect::{judge_noisy, NoisyConfig, NoisyJudgement, Sample, Verdict};
+use leaklab_detect::{judge_noisy, NoisyConfig, Sample, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -34,9 +34,6 @@ pub struct ProcessGrowth {
     /// Half the width of the slope's bound.
     pub bound: f64,
     pub rise_bytes: f64,
-    /// The judgement the figures above are read from (not written into reports).
-    #[serde(skip)]
-    pub judgement: Option<NoisyJudgement>,
 }
 
 impl ProcessGrowth {
@@ -127,7 +124,6 @@ pub fn judge(
                     .map_or(0.0, |j| j.slope.bytes_per_request),
                 bound: judgement.as_ref().map_or(0.0, |j| j.slope.half_width()),
                 rise_bytes: judgement.as_ref().map_or(0.0, |j| j.rise_bytes),
-                judgement,
             }
         })
         .collect();

@@ -2,7 +2,7 @@
 //! memory runs out at the expected request rate, against a budget, and which memory it is.
 
 use crate::evidence::Kind;
-pub use leaklab_detect::budget::{ops, ops_at, seconds_to_oom, unbudgeted, Budget, Named, Ops};
+pub use leaklab_detect::budget::{ops, seconds_to_oom, unbudgeted, Budget, Named, Ops};
 use leaklab_detect::Verdict;
 
 /// Which memory grows, in one sentence, with the runbook step that fixes it.

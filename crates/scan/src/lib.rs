@@ -241,9 +241,6 @@ pub struct Explained {
     /// the judged requests.
     #[serde(default)]
     pub collected: Option<evidence::Collected>,
-    /// The process of the tree whose own memory failed where the summed series did not.
-    #[serde(default)]
-    pub failing_process: Option<leaklab_judge::tree::ProcessGrowth>,
 }
 
 impl ScanReport {

@@ -106,7 +106,6 @@ impl Recording {
                 native: e.native.clone(),
                 python_trace: e.python_trace.clone(),
                 collected: e.collected.clone(),
-                failing_process: judgement.failing_process,
             },
             recording: Some(self),
         }

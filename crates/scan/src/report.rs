@@ -93,28 +93,6 @@ impl ScanReport {
                 human_bytes(j.slope.bytes_per_request)
             ))
         });
-        // Failed on one process of the tree, no series failing: that process's own reading.
-        let deciding = match &self.explained.failing_process {
-            Some(p)
-                if !self
-                    .series
-                    .iter()
-                    .any(|s| s.ops.is_some_and(crate::verdict::Ops::fails)) =>
-            {
-                Some(format!(
-                    " ({} {} {} leak, {} a request)",
-                    if p.root {
-                        "this process"
-                    } else {
-                        "child process"
-                    },
-                    p.pid,
-                    p.measure,
-                    human_bytes(p.bytes_per_request)
-                ))
-            }
-            _ => deciding,
-        };
         let verdict = format!("{answer}: {words}{}", deciding.unwrap_or_default());
         match (&self.explained.axis, &self.explained.owner) {
             (Some(axis), Some(owner)) => crate::diagnosis::first_lines(&verdict, axis, owner),

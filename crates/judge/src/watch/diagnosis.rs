@@ -309,7 +309,6 @@ mod tests {
             },
             bound: 100.0,
             rise_bytes: 0.0,
-            judgement: None,
         }
     }
 
