@@ -98,7 +98,7 @@ fn agent_costs(torch: &Torch) -> Result<()> {
     std::fs::write(out.join("native.json"), output.stdout)?;
     // The judge a user's check runs: the wheel's binary, a release build (the tests' wheel
     // carries the dev build, 15 ms a judgement against 4 ms).
-    let leaklab = crate::corpus::release_leaklab(torch)?;
+    let leaklab = torch.release_leaklab()?;
     let mut plugin = torch.python_command("the pytest plugin's bench")?;
     plugin
         .env("LEAKLAB_BIN", leaklab)

@@ -18,7 +18,7 @@ const ALLOCATORS: [(&str, &str); 2] = [
 /// Builds the instrument (release), installs the preloaded allocators where missing, and runs
 /// the recorder with the torch python; extra arguments go to lab/corpus/record.py.
 pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
-    let leaklab = release_leaklab(torch)?;
+    let leaklab = torch.release_leaklab()?;
     for (lib, package) in ALLOCATORS {
         if !crate::apt::ensure_file(Path::new(lib), package) {
             bail!("{lib} is missing and could not be installed: apt-get install {package}");
@@ -31,21 +31,6 @@ pub fn record(torch: &Torch, args: &[String]) -> Result<()> {
         .arg(leaklab)
         .args(args);
     run(record)
-}
-
-/// Builds the `leaklab` binary as the wheel ships it (release) and returns its path.
-pub fn release_leaklab(torch: &Torch) -> Result<std::path::PathBuf> {
-    let mut build = torch.cargo();
-    build.args([
-        "build",
-        "--release",
-        "--package",
-        "leaklab",
-        "--bin",
-        "leaklab",
-    ]);
-    run(build)?;
-    Ok(workspace_root().join("target/release/leaklab"))
 }
 
 /// `leaklab-lab judge-bench ARGS` (`--write` puts the table into docs/benchmarks.md).

@@ -82,6 +82,21 @@ impl Torch {
         cmd
     }
 
+    /// Builds the `leaklab` binary as the wheel ships it (release) and returns its path.
+    pub fn release_leaklab(&self) -> Result<PathBuf> {
+        let mut build = self.cargo();
+        build.args([
+            "build",
+            "--release",
+            "--package",
+            "leaklab",
+            "--bin",
+            "leaklab",
+        ]);
+        crate::process::run(build)?;
+        Ok(workspace_root().join("target/release/leaklab"))
+    }
+
     /// The python whose torch this is, run from the workspace root with [`Torch::env`]; `what`
     /// says which task needs it, for the error where there is none (a bare `LIBTORCH`).
     pub fn python_command(&self, what: &str) -> Result<Command> {
