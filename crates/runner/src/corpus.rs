@@ -505,7 +505,7 @@ pub fn table(entries: &[Entry]) -> String {
     let (lower, upper) = host_noise_floor_bounds(entries);
     let bound = |b: Option<f64>| b.map_or("none of the grid".to_string(), human);
     out.push_str(&format!(
-        "The host noise floor re-derived from the calibration split (a grid of powers of two, 4 KiB to 1 MiB): at least {} (no must-pass calibration recording but the collector's garbage fails at any window), at most {} (the 2 KiB rung found in 95 % of calibration recordings at 600); the judge's constant: {}.\n\n",
+        "The host noise floor re-derived from the calibration split (a grid of powers of two, 4 KiB to 1 MiB): at least {} (no must-pass calibration recording fails at any window, but the collector's garbage and those that fail at every floor of the grid), at most {} (the 2 KiB rung found in 95 % of calibration recordings at 600); the judge's constant: {}.\n\n",
         bound(lower),
         bound(upper),
         human(leaklab_judge::thresholds::HOST_NOISE_FLOOR)
@@ -716,7 +716,8 @@ fn misses(trials: &[Trial]) -> String {
 /// smallest floor of the grid (powers of two, 4 KiB to 1 MiB) under which no must-pass
 /// calibration recording fails at 300, 600 or 1,000 judged requests (the collector's garbage
 /// left out: its growth is real until a full collection, which no floor tells from a leak and
-/// full collections at both ends do, `--collect`); at most the largest under
+/// full collections at both ends do, `--collect`; and those that fail at every floor of the
+/// grid, whose failure no floor moves); at most the largest under
 /// which the 2 KiB rung is found in 95 % of the calibration recordings at 600. `None` for a
 /// bound no floor of the grid meets.
 pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) {
@@ -728,17 +729,24 @@ pub fn host_noise_floor_bounds(entries: &[Entry]) -> (Option<f64>, Option<f64>) 
     let under = |floor: f64| Thresholds {
         host_noise_floor: floor,
     };
-    let lower = grid.iter().copied().find(|&floor| {
-        calibration
-            .iter()
-            .filter(|e| e.truth.must_pass && !e.truth.garbage())
-            .all(|e| {
-                windows(&e.scan.evidence).into_iter().all(|n| {
-                    let t = trial(e, n, &under(floor));
-                    !t.eligible() || !t.false_alarm(None)
-                })
-            })
-    });
+    let passes = |e: &Entry, floor: f64| {
+        windows(&e.scan.evidence).into_iter().all(|n| {
+            let t = trial(e, n, &under(floor));
+            !t.eligible() || !t.false_alarm(None)
+        })
+    };
+    // A must-pass recording that fails at every floor of the grid says nothing of where the
+    // floor goes (another rule's false alarm: two workers' LRU caches filling apart read as a
+    // leak at any floor, lab/corpus/README.md): left out of the bound; the table counts it.
+    let top = grid.last().copied().unwrap_or_default();
+    let bounded: Vec<&&Entry> = calibration
+        .iter()
+        .filter(|e| e.truth.must_pass && !e.truth.garbage() && passes(e, top))
+        .collect();
+    let lower = grid
+        .iter()
+        .copied()
+        .find(|&floor| bounded.iter().all(|e| passes(e, floor)));
     let two: Vec<&&Entry> = calibration
         .iter()
         .filter(|e| {
