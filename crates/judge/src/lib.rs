@@ -456,7 +456,14 @@ fn explain(
             owner.mechanism = format!("an unknown native holder: {line}");
         }
     }
-    if let Some(trace) = &evidence.python_trace {
+    // Memory the trim probe got back is the allocator's, held by nothing: a Python trace's
+    // objects (a request in flight at a snapshot, the zoo's pyplot fixed twin in one CI run) do
+    // not own it.
+    if let Some(trace) = evidence
+        .python_trace
+        .as_ref()
+        .filter(|_| axis.axis != diagnosis::Axis::GivenBack)
+    {
         owner = diagnosis::python_objects(owner, axis.judged.slope.bytes_per_request, trace);
     }
     if let Some(t) = &evidence.trim {

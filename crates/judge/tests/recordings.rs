@@ -80,3 +80,28 @@ fn a_census_rate_that_lasts_the_budget_passes() {
 fn without_a_budget_a_plateau_the_census_shows_going_on_fails() {
     assert_eq!(judge(&recorded(TWIN), None).outcome, Outcome::Fail);
 }
+
+/// The zoo's pyplot_figures_kept fixed twin in a fresh-clone CI run (2026-12-08): it rose 7.84 MB
+/// and held, and `malloc_trim(0)` returned 25.46 MB; the agent's Python trace had a request in
+/// flight at a snapshot (a figure's thousands of objects read as kept) and named the owner
+/// Python. Memory the allocator gave back is held by nothing: the owner stays native.
+#[test]
+fn a_growth_the_allocator_gave_back_is_owned_by_no_python_object_a_trace_caught_in_flight() {
+    let e = recorded("pyplot-fixed-given-back");
+    assert!(e.python_trace.as_ref().is_some_and(|t| !t.between_requests));
+    let j = judge(&e, None);
+    let axis = j.axis.expect("an axis");
+    assert_eq!(
+        axis.axis,
+        leaklab_judge::diagnosis::Axis::GivenBack,
+        "{}",
+        axis.words
+    );
+    let owner = j.owner.expect("an owner");
+    assert_eq!(
+        owner.owner,
+        leaklab_judge::diagnosis::Owner::Native,
+        "{}",
+        owner.words
+    );
+}
