@@ -146,7 +146,6 @@ fn stopped_words(rise_bytes: f64) -> String {
     )
 }
 
-/// The axis from the phases. `judged`: the deciding series over the judged requests; `repeats`:
 /// The root of the tree, where `series` sums the tree's anonymous memory and proves a growth
 /// that the root's own cannot hold: the root not a leak, its slope's upper bound below the sum's
 /// lower one. The rest is in the root's descendants, though each may be within its own noise
@@ -164,6 +163,7 @@ fn beyond_the_root<'a>(
     (root.verdict.is_some_and(|v| v != Verdict::Leak) && holds < judged.slope.low).then_some(root)
 }
 
+/// The axis from the phases. `judged`: the deciding series over the judged requests; `repeats`:
 /// the same series over the repeat phase (none where it did not run).
 pub fn axis(
     series: &str,
@@ -181,16 +181,14 @@ pub fn axis(
     } else {
         String::new()
     };
-    let child = processes
-        .iter()
-        .find(|p| !p.root && p.verdict == Some(Verdict::Leak));
+    let child = processes.iter().find(|p| p.child_leaking());
     let root_grows = processes
         .iter()
         .any(|p| p.root && p.verdict == Some(Verdict::Leak));
     let (axis, words) = if let (Some(c), false) = (child, root_grows) {
         let others = processes
             .iter()
-            .filter(|p| p.root || (p.pid != c.pid && p.verdict == Some(Verdict::Leak)))
+            .filter(|p| p.root || (p.pid != c.pid && p.child_leaking()))
             .map(ProcessGrowth::line);
         let lines: Vec<String> = std::iter::once(c.line()).chain(others).collect();
         (
@@ -200,7 +198,7 @@ pub fn axis(
     } else if let Some(root) = beyond_the_root(series, judged, &processes) {
         let rose = processes
             .iter()
-            .filter(|p| !p.root && p.bytes_per_request > 0.0)
+            .filter(|p| p.child_rising())
             .map(ProcessGrowth::line);
         let lines: Vec<String> = std::iter::once(root.line()).chain(rose).collect();
         (
@@ -643,12 +641,14 @@ pub fn owner_kept(
             reading
         }
         Axis::OtherProcess => {
-            let leaked = |p: &&ProcessGrowth| !p.root && p.verdict == Some(Verdict::Leak);
-            // Where none grew past its own noise (the tree's sum read it), those that rose.
-            let rose = |p: &&ProcessGrowth| !p.root && p.bytes_per_request > 0.0;
-            let mut grew: Vec<&ProcessGrowth> = axis.processes.iter().filter(leaked).collect();
+            let mut grew: Vec<&ProcessGrowth> = axis
+                .processes
+                .iter()
+                .filter(|p| p.child_leaking())
+                .collect();
             if grew.is_empty() {
-                grew = axis.processes.iter().filter(rose).collect();
+                // None grew past its own noise (the tree's sum read it): those that rose.
+                grew = axis.processes.iter().filter(|p| p.child_rising()).collect();
             }
             other_process(weighed, &grew, "scan", elsewhere)
         }

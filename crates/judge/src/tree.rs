@@ -37,6 +37,16 @@ pub struct ProcessGrowth {
 }
 
 impl ProcessGrowth {
+    /// A descendant of the scanned process whose own memory is a proven leak.
+    pub fn child_leaking(&self) -> bool {
+        !self.root && self.verdict == Some(Verdict::Leak)
+    }
+
+    /// A descendant of the scanned process whose memory rose, past its own noise or not.
+    pub fn child_rising(&self) -> bool {
+        !self.root && self.bytes_per_request > 0.0
+    }
+
     /// `child process 1234 (python worker.py) +8.90 kB a request (leak)`.
     pub fn line(&self) -> String {
         let who = if self.root {
